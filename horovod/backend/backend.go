@@ -1,0 +1,149 @@
+// Package backend is the small interface between package horovod and a collective-communication
+// engine, in the spirit of database/sql/driver: horovod owns the semantics (negotiation, fusion,
+// scaling, averaging, compression, the timeline, the stall inspector) and a Backend owns only the
+// wire. Implementations: horovod/mpi (OpenMPI), horovod/local (one process), and an adapter over
+// package nccl for GPUs.
+//
+// A Backend is driven by exactly one goroutine at a time: package horovod calls it from its
+// background loop only, and every rank calls the same collectives in the same order with matching
+// arguments (negotiation guarantees that before any data collective is issued). Implementations
+// therefore need no locking of their own and may assume matching calls on every rank.
+//
+// All buffers are host memory. A GPU backend stages them to and from the device itself.
+package backend
+
+import "fmt"
+
+// DType is the element type of a buffer. The zero value is invalid so that a forgotten dtype is an
+// error rather than a silent uint8.
+type DType uint8
+
+// The element types that cross the wire. Float16 is IEEE 754 binary16 stored as its bit pattern.
+const (
+	Uint8 DType = iota + 1
+	Int8
+	Int32
+	Int64
+	Float16
+	Float32
+	Float64
+)
+
+// DTypes lists every valid DType, in declaration order.
+var DTypes = []DType{Uint8, Int8, Int32, Int64, Float16, Float32, Float64}
+
+// Size is the number of bytes of one element; 0 for an invalid DType.
+func (d DType) Size() int {
+	switch d {
+	case Uint8, Int8:
+		return 1
+	case Float16:
+		return 2
+	case Int32, Float32:
+		return 4
+	case Int64, Float64:
+		return 8
+	}
+	return 0
+}
+
+// IsFloat reports whether d is a floating-point type (the ones fp16 compression applies to).
+func (d DType) IsFloat() bool { return d == Float16 || d == Float32 || d == Float64 }
+
+// Valid reports whether d is one of the declared types.
+func (d DType) Valid() bool { return d.Size() != 0 }
+
+func (d DType) String() string {
+	switch d {
+	case Uint8:
+		return "uint8"
+	case Int8:
+		return "int8"
+	case Int32:
+		return "int32"
+	case Int64:
+		return "int64"
+	case Float16:
+		return "float16"
+	case Float32:
+		return "float32"
+	case Float64:
+		return "float64"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// ReduceOp is the elementwise reduction a Backend performs. Averaging is not a backend concern:
+// horovod implements it as Sum followed by a postscale of 1/size, as Horovod does.
+type ReduceOp uint8
+
+// The reductions every Backend supports for every DType, Float16 included.
+const (
+	Sum ReduceOp = iota + 1
+	Min
+	Max
+)
+
+func (o ReduceOp) String() string {
+	switch o {
+	case Sum:
+		return "sum"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
+}
+
+// Topology says where this process sits in the job, with Horovod's meanings: Rank and Size over
+// the whole job; LocalRank and LocalSize among the processes on this machine; CrossRank and
+// CrossSize among the processes with the same LocalRank on all machines (CrossRank is the index of
+// this machine when every machine runs the same number of processes).
+type Topology struct {
+	Rank, Size           int
+	LocalRank, LocalSize int
+	CrossRank, CrossSize int
+}
+
+// Backend carries collectives over a fixed group of processes. Every method is a collective: all
+// ranks call it, in the same order, with buffers of equal length (Allgatherv: with equal counts).
+// A method returns only when its part of the collective is complete and the buffers may be reused.
+// Errors are returned, never panicked; after an error the Backend should be considered broken.
+type Backend interface {
+	// Name identifies the engine in messages and the timeline ("mpi", "local", "nccl").
+	Name() string
+
+	// Topology is fixed for the life of the Backend.
+	Topology() Topology
+
+	// Allreduce reduces send elementwise over all ranks with op and writes the result to recv.
+	// len(send) == len(recv), a multiple of dt.Size(). send and recv may be the same slice (an
+	// in-place reduction); otherwise they must not overlap.
+	Allreduce(send, recv []byte, dt DType, op ReduceOp) error
+
+	// Broadcast copies root's buf into buf on every other rank.
+	Broadcast(buf []byte, root int) error
+
+	// Allgatherv concatenates every rank's send into recv in rank order. counts[r] is the number of
+	// bytes rank r sends (so counts[Rank] == len(send)); len(recv) == sum(counts). Every rank passes
+	// the same counts.
+	Allgatherv(send, recv []byte, counts []int) error
+
+	// Barrier returns once every rank has entered it.
+	Barrier() error
+
+	// Abort terminates every process of the job with the given exit code, without waiting for the
+	// other ranks to cooperate. horovod calls it when the stall inspector gives up, so that no rank is
+	// left blocked in a collective. It does not return.
+	Abort(code int)
+
+	// Close releases the engine. It is called once, after the last collective, on every rank.
+	Close() error
+}
+
+// Opener opens a data Backend on top of the control Backend that horovod negotiates with. A GPU
+// backend uses control to agree on its communicator (for NCCL: rank 0's ncclUniqueId travels by
+// control.Broadcast) and to choose its device (control.Topology().LocalRank). It runs before
+// horovod's background loop starts, so it may call control's collectives freely.
+type Opener func(control Backend) (Backend, error)
