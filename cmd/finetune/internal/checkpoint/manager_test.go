@@ -1,0 +1,240 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+)
+
+// fakeSave writes the two files of a V2 checkpoint with recognisable contents.
+func fakeSave(content string) SaveFunc {
+	return func(prefix string) error {
+		if err := os.WriteFile(prefix+".data-00000-of-00001", []byte(content), 0o644); err != nil {
+			return err
+		}
+		return os.WriteFile(prefix+".index", []byte("index "+content), 0o644)
+	}
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func listCheckpoints(t *testing.T, dir string) []string {
+	t.Helper()
+	idx, _ := filepath.Glob(filepath.Join(dir, "*.index"))
+	var out []string
+	for _, f := range idx {
+		out = append(out, strings.TrimSuffix(filepath.Base(f), ".index"))
+	}
+	return out
+}
+
+func TestKeepMaxDeletesOldestAndResumesFromLatest(t *testing.T) {
+	dir := t.TempDir()
+	m, err := Open(dir, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := m.Latest(); ok || err != nil {
+		t.Fatalf("empty dir: ok=%v err=%v", ok, err)
+	}
+	for _, step := range []int64{10, 20, 30} {
+		if _, err := m.Save(step, fakeSave("s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := listCheckpoints(t, dir), []string{"model.ckpt-20", "model.ckpt-30"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("on disk %v, want %v", got, want)
+	}
+	// A new manager (a restarted run) finds the latest and keeps counting retention from the file.
+	m2, err := Open(dir, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, step, ok, err := m2.Latest()
+	if err != nil || !ok || step != 30 || prefix != filepath.Join(dir, "model.ckpt-30") {
+		t.Fatalf("Latest = %q %d %v %v", prefix, step, ok, err)
+	}
+	if _, err := m2.Save(40, fakeSave("s")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listCheckpoints(t, dir), []string{"model.ckpt-30", "model.ckpt-40"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after restart on disk %v, want %v", got, want)
+	}
+	// Saving the latest step again is a no-op (the final save after a periodic one).
+	called := false
+	if _, err := m2.Save(40, func(string) error { called = true; return nil }); err != nil || called {
+		t.Fatalf("re-save of the latest step: called=%v err=%v", called, err)
+	}
+}
+
+func TestKeepMaxZeroKeepsAll(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 0, 0)
+	for step := int64(1); step <= 7; step++ {
+		if _, err := m.Save(step, fakeSave("s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(listCheckpoints(t, dir)); n != 7 {
+		t.Fatalf("%d checkpoints kept, want 7", n)
+	}
+}
+
+func TestKeepEveryNHoursPreservesSpacedCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.Unix(1_000_000, 0)}
+	m, err := open(dir, 1, 1, c.now) // keep 1, plus one every hour
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Saves every 20 minutes for 3 hours: steps 1..10 at t0+20m*step.
+	for step := int64(1); step <= 10; step++ {
+		c.t = time.Unix(1_000_000, 0).Add(time.Duration(step) * 20 * time.Minute)
+		if _, err := m.Save(step, fakeSave("s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Preserved: the first save at least an hour after the manager's creation (step 3, t0+60m),
+	// then every save an hour after the previous preserved one (6, 9); 10 is the one kept by max.
+	want := []string{"model.ckpt-10", "model.ckpt-3", "model.ckpt-6", "model.ckpt-9"}
+	if got := listCheckpoints(t, dir); !reflect.DeepEqual(got, want) {
+		t.Fatalf("on disk %v, want %v", got, want)
+	}
+	if got := m.Kept(); len(got) != 1 || filepath.Base(got[0]) != "model.ckpt-10" {
+		t.Fatalf("state lists %v, want only model.ckpt-10", got)
+	}
+}
+
+func TestFailedSaveLeavesPreviousStateAndNoDebris(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 3, 0)
+	if _, err := m.Save(5, fakeSave("good")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	boom := errors.New("disk full")
+	_, err := m.Save(6, func(prefix string) error {
+		os.WriteFile(prefix+".data-00000-of-00001", []byte("partial"), 0o644)
+		return boom
+	})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "step 6") {
+		t.Fatalf("err = %v", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	if string(before) != string(after) {
+		t.Fatalf("state changed by a failed save:\n%s\n->\n%s", before, after)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "tmp") || strings.Contains(e.Name(), "ckpt-6") {
+			t.Errorf("debris left: %s", e.Name())
+		}
+	}
+	// A saver that writes no index is refused rather than recorded.
+	if _, err := m.Save(7, func(prefix string) error {
+		return os.WriteFile(prefix+".data-00000-of-00001", nil, 0o644)
+	}); err == nil || !strings.Contains(err.Error(), "index") {
+		t.Fatalf("missing index: err = %v", err)
+	}
+}
+
+func TestOpenRemovesInterruptedSavesAndRejectsDanglingState(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, ".model.ckpt-9.tmp123")
+	os.MkdirAll(stale, 0o755)
+	os.WriteFile(filepath.Join(dir, StateFile), []byte(`model_checkpoint_path: "model.ckpt-9"`+"\n"), 0o644)
+	m, err := Open(dir, 5, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("interrupted save not removed: %v", err)
+	}
+	if _, _, _, err := m.Latest(); err == nil || !strings.Contains(err.Error(), "model.ckpt-9") {
+		t.Fatalf("dangling state: err = %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, StateFile), []byte("model_checkpoint_path \"x\"\n"), 0o644)
+	if _, err := Open(dir, 5, 0); err == nil || !strings.Contains(err.Error(), "checkpoint:1") {
+		t.Fatalf("garbled state: err = %v", err)
+	}
+}
+
+// TensorFlow reads what the manager writes, and the manager reads what TensorFlow writes.
+func TestStateFileInteroperatesWithTensorFlow(t *testing.T) {
+	pyDir, goDir := t.TempDir(), t.TempDir()
+	testenv.Python(t, `
+import sys, tensorflow as tf
+v = tf.Variable([1.5, -2.0, 3.25])
+ckpt = tf.train.Checkpoint(v=v)
+mgr = tf.train.CheckpointManager(ckpt, sys.argv[1], max_to_keep=2, checkpoint_name="model.ckpt")
+for step in (3, 6, 9):
+    mgr.save(checkpoint_number=step)
+`, pyDir)
+	m, err := Open(pyDir, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, step, ok, err := m.Latest()
+	if err != nil || !ok || step != 9 {
+		t.Fatalf("reading TensorFlow's state: %q %d %v %v", prefix, step, ok, err)
+	}
+	if got := m.Kept(); len(got) != 2 || filepath.Base(got[0]) != "model.ckpt-6" {
+		t.Fatalf("kept %v", got)
+	}
+
+	// Our saves copy TensorFlow's real checkpoint files under each new prefix.
+	copyFrom := func(src string) SaveFunc {
+		return func(prefix string) error {
+			for _, ext := range []string{".index", ".data-00000-of-00001"} {
+				b, err := os.ReadFile(src + ext)
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(prefix+ext, b, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	g, _ := Open(goDir, 2, 0)
+	for _, step := range []int64{100, 200, 300} {
+		if _, err := g.Save(step, copyFrom(prefix)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := testenv.Python(t, `
+import json, os, sys, tensorflow as tf
+d = sys.argv[1]
+st = tf.train.get_checkpoint_state(d)
+r = tf.train.load_checkpoint(d)
+print(json.dumps({
+  "latest": os.path.basename(tf.train.latest_checkpoint(d)),
+  "all": [os.path.basename(p) for p in st.all_model_checkpoint_paths],
+  "n_timestamps": len(st.all_model_checkpoint_timestamps),
+  "v": r.get_tensor("v/.ATTRIBUTES/VARIABLE_VALUE").tolist(),
+}))
+`, goDir)
+	var got struct {
+		Latest      string
+		All         []string
+		NTimestamps int `json:"n_timestamps"`
+		V           []float64
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Latest != "model.ckpt-300" || !reflect.DeepEqual(got.All, []string{"model.ckpt-200", "model.ckpt-300"}) ||
+		got.NTimestamps != 2 || !reflect.DeepEqual(got.V, []float64{1.5, -2, 3.25}) {
+		t.Fatalf("TensorFlow read %+v", got)
+	}
+}
