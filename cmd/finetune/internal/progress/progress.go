@@ -1,0 +1,149 @@
+// Package progress reports training progress on rank 0: a progress bar redrawn in place when the
+// output is a terminal, plain log lines every log_step_count_steps otherwise (files, CI logs,
+// mpirun's forwarded output), in the spirit of Estimator's `loss = ..., step = ...` lines.
+package progress
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Reporter writes the progress of one training run. Its methods are safe for concurrent use, so
+// that other log output can go through Logf without tearing the bar.
+type Reporter struct {
+	mu        sync.Mutex
+	w         io.Writer
+	terminal  bool
+	width     int
+	total     int64
+	every     int64
+	now       func() time.Time
+	start     time.Time
+	first     int64 // step at which this run started (non-zero after a resume)
+	last      time.Time
+	rate      float64 // smoothed examples per second, all ranks together
+	stepRate  float64 // smoothed steps per second
+	barActive bool
+}
+
+// Step is what one training step reports.
+type Step struct {
+	Step     int64   // global step after the update
+	Loss     float64 // mean training loss of the step over all ranks
+	LR       float64 // learning rate applied by the step
+	Examples int     // examples processed by the step, all ranks together
+	Skipped  int64   // steps skipped so far for non-finite gradients
+}
+
+// New returns a reporter for a run that goes from step first to step total. terminal selects the
+// redrawn bar (width columns); otherwise a line is written every logEvery steps.
+func New(w io.Writer, terminal bool, width int, first, total int64, logEvery int) *Reporter {
+	return newReporter(w, terminal, width, first, total, logEvery, time.Now)
+}
+
+func newReporter(w io.Writer, terminal bool, width int, first, total int64, logEvery int, now func() time.Time) *Reporter {
+	if width < 40 {
+		width = 80
+	}
+	if logEvery < 1 {
+		logEvery = 1
+	}
+	t := now()
+	return &Reporter{w: w, terminal: terminal, width: width, total: total, every: int64(logEvery),
+		now: now, start: t, last: t, first: first}
+}
+
+// smoothing weighs the newest step in the moving averages of the rates.
+const smoothing = 0.1
+
+// Report records a finished step and updates the display.
+func (r *Reporter) Report(s Step) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.now()
+	dt := t.Sub(r.last).Seconds()
+	r.last = t
+	if dt > 0 {
+		ex, st := float64(s.Examples)/dt, 1/dt
+		if r.rate == 0 {
+			r.rate, r.stepRate = ex, st
+		} else {
+			r.rate += smoothing * (ex - r.rate)
+			r.stepRate += smoothing * (st - r.stepRate)
+		}
+	}
+	if r.terminal {
+		r.drawBar(s)
+		return
+	}
+	if s.Step%r.every == 0 || s.Step == r.total {
+		fmt.Fprintf(r.w, "step %d/%d: loss = %.5f, learning_rate = %.4g, examples/sec = %.1f, global_step/sec = %.3g, eta = %s%s\n",
+			s.Step, r.total, s.Loss, s.LR, r.rate, r.stepRate, r.eta(s.Step), skipped(s.Skipped))
+	}
+}
+
+func (r *Reporter) eta(step int64) string {
+	if r.stepRate <= 0 || step >= r.total {
+		return "0s"
+	}
+	d := time.Duration(float64(r.total-step) / r.stepRate * float64(time.Second))
+	return d.Round(time.Second).String()
+}
+
+func skipped(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", skipped = %d", n)
+}
+
+func (r *Reporter) drawBar(s Step) {
+	info := fmt.Sprintf(" %d/%d loss %.4f lr %.2e %.1f ex/s ETA %s%s", s.Step, r.total, s.Loss, s.LR, r.rate,
+		r.eta(s.Step), skipped(s.Skipped))
+	barWidth := r.width - len(info) - 3
+	if barWidth < 10 {
+		barWidth = 10
+	}
+	done := 0
+	if r.total > 0 {
+		done = int(float64(barWidth) * float64(s.Step) / float64(r.total))
+	}
+	done = min(max(done, 0), barWidth)
+	fmt.Fprintf(r.w, "\r[%s%s]%s\x1b[K", strings.Repeat("=", done), strings.Repeat(" ", barWidth-done), info)
+	r.barActive = true
+}
+
+// Logf writes one log line, moving an active bar out of the way first.
+func (r *Reporter) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clearBar()
+	fmt.Fprintf(r.w, format, args...)
+	if !strings.HasSuffix(format, "\n") {
+		io.WriteString(r.w, "\n")
+	}
+}
+
+// Done ends the display with a summary line: steps, wall time and mean examples per second.
+func (r *Reporter) Done(step int64, examples int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clearBar()
+	el := r.now().Sub(r.start)
+	rate := 0.0
+	if el > 0 {
+		rate = float64(examples) / el.Seconds()
+	}
+	fmt.Fprintf(r.w, "trained steps %d..%d in %s: %.1f examples/sec over all ranks\n",
+		r.first, step, el.Round(time.Millisecond), rate)
+}
+
+func (r *Reporter) clearBar() {
+	if r.barActive {
+		io.WriteString(r.w, "\n")
+		r.barActive = false
+	}
+}
