@@ -9,7 +9,7 @@ import (
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) now() time.Time       { return c.t }
 func (c *clock) tick(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestPlainLinesEveryNStepsWithRatesAndETA(t *testing.T) {

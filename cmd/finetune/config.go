@@ -1,0 +1,303 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Config is one fine-tuning run: run_classifier.py's flags with their names, defaults and
+// meanings (train_batch_size is per rank, as in the Horovod recipe), plus gorovod's own.
+type Config struct {
+	// run_classifier.py
+	DoTrain, DoEval, DoPredict bool
+	DataDir                    string
+	VocabFile                  string
+	BertConfigFile             string
+	InitCheckpoint             string
+	DoLowerCase                bool
+	MaxSeqLength               int
+	TrainBatchSize             int
+	EvalBatchSize              int
+	PredictBatchSize           int
+	LearningRate               float64
+	NumTrainEpochs             float64
+	WarmupProportion           float64
+	OutputDir                  string
+	SaveCheckpointsSteps       int
+	UseTPU                     bool
+	// Estimator RunConfig
+	KeepCheckpointMax         int
+	KeepCheckpointEveryNHours float64
+	LogStepCountSteps         int
+	// Horovod BERT recipe
+	UseFP16 bool
+	UseXLA  bool
+	// gorovod
+	SavedModel         string
+	ExportDir          string
+	Seed               int64
+	Threads            int
+	InterOpThreads     int
+	Labels             []string
+	SkipBadLines       bool
+	ShuffleBuffer      int
+	ClipNorm           float64
+	MaxTrainExamples   int
+	MaxEvalExamples    int
+	MaxPredictExamples int
+}
+
+// defaultTask is what runs without flags (`go run ./cmd/finetune`, `make run`): MiniLM converted
+// by `make model`, fine-tuned on the IMDB subset of `make data`, evaluated and used to predict.
+// Paths are relative to the repository root. The subset sizes keep `make run` (two ranks on a
+// two-core machine) within ten minutes; README's Benchmarks section has the measured time and
+// accuracy.
+func defaultTask() Config {
+	c := runClassifierDefaults()
+	c.DoTrain, c.DoEval, c.DoPredict = true, true, true
+	c.DataDir = ".cache/data/imdb"
+	c.SavedModel = defaultSavedModel
+	c.OutputDir = ".cache/finetune/imdb-minilm"
+	c.MaxSeqLength = defaultMaxSeqLength
+	c.TrainBatchSize = 16
+	c.EvalBatchSize = 64
+	c.PredictBatchSize = 64
+	c.LearningRate = 5e-5
+	c.NumTrainEpochs = 1
+	c.SaveCheckpointsSteps = 100
+	c.LogStepCountSteps = 10
+	c.MaxTrainExamples = 1600
+	c.MaxEvalExamples = 500
+	c.MaxPredictExamples = 200
+	return c
+}
+
+const (
+	defaultSavedModel   = ".cache/model/minilm-imdb-128"
+	defaultMaxSeqLength = 128
+)
+
+func runClassifierDefaults() Config {
+	return Config{
+		DoLowerCase:               true,
+		MaxSeqLength:              128,
+		TrainBatchSize:            32,
+		EvalBatchSize:             8,
+		PredictBatchSize:          8,
+		LearningRate:              5e-5,
+		NumTrainEpochs:            3,
+		WarmupProportion:          0.1,
+		SaveCheckpointsSteps:      1000,
+		KeepCheckpointMax:         5,
+		KeepCheckpointEveryNHours: 10000,
+		LogStepCountSteps:         100,
+		ShuffleBuffer:             100,
+		ClipNorm:                  1,
+		Seed:                      12345,
+	}
+}
+
+// usageError is a command-line mistake: reported with the usage hint, exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// labelsFlag is a comma-separated list of label names.
+type labelsFlag struct{ dst *[]string }
+
+func (l labelsFlag) String() string {
+	if l.dst == nil {
+		return ""
+	}
+	return strings.Join(*l.dst, ",")
+}
+
+func (l labelsFlag) Set(s string) error {
+	*l.dst = nil
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			return errors.New("empty label name")
+		}
+		*l.dst = append(*l.dst, p)
+	}
+	return nil
+}
+
+func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("finetune", flag.ContinueOnError)
+	fs.SetOutput(output)
+	// run_classifier.py
+	fs.BoolVar(&c.DoTrain, "do_train", c.DoTrain, "Whether to run training.")
+	fs.BoolVar(&c.DoEval, "do_eval", c.DoEval, "Whether to run eval on the dev set (rank 0).")
+	fs.BoolVar(&c.DoPredict, "do_predict", c.DoPredict, "Whether to run the model in inference mode on the test set (rank 0).")
+	fs.StringVar(&c.DataDir, "data_dir", c.DataDir, "The input data dir: train.tsv, dev.tsv, test.tsv, one `label<TAB>text` example a line.")
+	fs.StringVar(&c.VocabFile, "vocab_file", c.VocabFile, "The vocabulary file that the BERT model was trained on (default: the one packaged in --saved_model).")
+	fs.StringVar(&c.BertConfigFile, "bert_config_file", c.BertConfigFile, "The config json file of the pre-trained BERT model; must match --saved_model's (default: the one packaged in it).")
+	fs.StringVar(&c.InitCheckpoint, "init_checkpoint", c.InitCheckpoint, "Initial checkpoint (usually from a pre-trained BERT model), read by rank 0 and broadcast. Ignored when --output_dir holds a checkpoint to resume from.")
+	fs.BoolVar(&c.DoLowerCase, "do_lower_case", c.DoLowerCase, "Whether to lower case the input text. True for uncased models.")
+	fs.IntVar(&c.MaxSeqLength, "max_seq_length", c.MaxSeqLength, "The maximum total input sequence length after WordPiece tokenization; must equal the length --saved_model was exported for.")
+	fs.IntVar(&c.TrainBatchSize, "train_batch_size", c.TrainBatchSize, "Batch size for training, per rank.")
+	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
+	fs.IntVar(&c.PredictBatchSize, "predict_batch_size", c.PredictBatchSize, "Batch size for predict.")
+	fs.Float64Var(&c.LearningRate, "learning_rate", c.LearningRate, "The initial learning rate for Adam, per rank: the run uses it times the number of ranks.")
+	fs.Float64Var(&c.NumTrainEpochs, "num_train_epochs", c.NumTrainEpochs, "Total number of training epochs to perform.")
+	fs.Float64Var(&c.WarmupProportion, "warmup_proportion", c.WarmupProportion, "Proportion of training to perform linear learning rate warmup for.")
+	fs.StringVar(&c.OutputDir, "output_dir", c.OutputDir, "The output directory where the model checkpoints will be written (rank r > 0 writes to output_dir/r).")
+	fs.IntVar(&c.SaveCheckpointsSteps, "save_checkpoints_steps", c.SaveCheckpointsSteps, "How often to save the model checkpoint (0: only at the end).")
+	fs.BoolVar(&c.UseTPU, "use_tpu", c.UseTPU, "Accepted for run_classifier compatibility; must be false.")
+	fs.IntVar(&c.KeepCheckpointMax, "keep_checkpoint_max", c.KeepCheckpointMax, "The most recent checkpoints to keep (0 keeps all).")
+	fs.Float64Var(&c.KeepCheckpointEveryNHours, "keep_checkpoint_every_n_hours", c.KeepCheckpointEveryNHours, "Also keep one checkpoint every this many hours.")
+	fs.IntVar(&c.LogStepCountSteps, "log_step_count_steps", c.LogStepCountSteps, "How often (in steps) rank 0 logs the loss and speed when its output is not a terminal.")
+	fs.BoolVar(&c.UseFP16, "use_fp16", c.UseFP16, "Compress the gradients to float16 for the allreduce (Horovod's Compression.fp16).")
+	fs.BoolVar(&c.UseXLA, "use_xla", c.UseXLA, "Compile the graphs with XLA (global_jit_level ON_1).")
+	// gorovod
+	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
+	fs.StringVar(&c.ExportDir, "export_dir", c.ExportDir, "Where rank 0 exports the serving SavedModel of the final weights (default output_dir/export; \"none\" skips).")
+	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")
+	fs.IntVar(&c.Threads, "threads", c.Threads, "TensorFlow intra-op threads per rank (0: cores / ranks on this machine).")
+	fs.IntVar(&c.InterOpThreads, "inter_op_threads", c.InterOpThreads, "TensorFlow inter-op threads per rank (0: TensorFlow's choice).")
+	fs.Var(labelsFlag{&c.Labels}, "labels", "Comma-separated label names in class order (default: the names --saved_model was exported with).")
+	fs.BoolVar(&c.SkipBadLines, "skip_bad_lines", c.SkipBadLines, "Skip and count malformed data lines instead of failing on the first.")
+	fs.IntVar(&c.ShuffleBuffer, "shuffle_buffer", c.ShuffleBuffer, "Shuffle buffer of the training examples, per rank, as run_classifier's 100 (0 or 1: file order).")
+	fs.Float64Var(&c.ClipNorm, "clip_norm", c.ClipNorm, "Clip the averaged gradients to this global norm.")
+	fs.IntVar(&c.MaxTrainExamples, "max_train_examples", c.MaxTrainExamples, "Use only the first N lines of train.tsv (0: all).")
+	fs.IntVar(&c.MaxEvalExamples, "max_eval_examples", c.MaxEvalExamples, "Use only the first N lines of dev.tsv (0: all).")
+	fs.IntVar(&c.MaxPredictExamples, "max_predict_examples", c.MaxPredictExamples, "Use only the first N lines of test.tsv (0: all).")
+	return fs
+}
+
+// parseConfig reads the command line. With no arguments at all it returns the embedded default
+// task; otherwise run_classifier's defaults apply and every flag is checked for meaning and
+// consistency before any work starts.
+func parseConfig(args []string, output io.Writer) (Config, error) {
+	if len(args) == 0 {
+		return defaultTask(), nil
+	}
+	c := runClassifierDefaults()
+	fs := newFlagSet(&c, output)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, err
+		}
+		return Config{}, &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return Config{}, usagef("unexpected argument %q: every setting is a --flag", fs.Arg(0))
+	}
+	return c, c.check()
+}
+
+// check rejects flags that are out of range or contradict each other. Files are checked later,
+// by validate, once the rank is known.
+func (c *Config) check() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if !c.DoTrain && !c.DoEval && !c.DoPredict {
+		bad("at least one of --do_train, --do_eval or --do_predict must be true")
+	}
+	if c.UseTPU {
+		bad("--use_tpu: gorovod runs on CPUs and GPUs through Horovod; there is no TPU path")
+	}
+	if c.OutputDir == "" {
+		bad("--output_dir is required")
+	}
+	if c.DataDir == "" {
+		bad("--data_dir is required")
+	}
+	if c.SavedModel == "" {
+		bad("--saved_model is required (export one with python -m bertgraph.exporter.export)")
+	}
+	if c.MaxSeqLength < 3 {
+		bad("--max_seq_length %d: needs room for [CLS], [SEP] and one token", c.MaxSeqLength)
+	}
+	positive := func(name string, v int) {
+		if v <= 0 {
+			bad("--%s %d must be positive", name, v)
+		}
+	}
+	nonNegative := func(name string, v int) {
+		if v < 0 {
+			bad("--%s %d must not be negative", name, v)
+		}
+	}
+	finitePositive := func(name string, v float64) {
+		if !(v > 0) || math.IsInf(v, 0) {
+			bad("--%s %v must be a positive number", name, v)
+		}
+	}
+	if c.DoTrain {
+		positive("train_batch_size", c.TrainBatchSize)
+		finitePositive("learning_rate", c.LearningRate)
+		finitePositive("num_train_epochs", c.NumTrainEpochs)
+		finitePositive("clip_norm", c.ClipNorm)
+		if !(c.WarmupProportion >= 0 && c.WarmupProportion <= 1) {
+			bad("--warmup_proportion %v must be within [0, 1]", c.WarmupProportion)
+		}
+	}
+	if c.DoEval {
+		positive("eval_batch_size", c.EvalBatchSize)
+	}
+	if c.DoPredict {
+		positive("predict_batch_size", c.PredictBatchSize)
+	}
+	nonNegative("save_checkpoints_steps", c.SaveCheckpointsSteps)
+	nonNegative("keep_checkpoint_max", c.KeepCheckpointMax)
+	if !(c.KeepCheckpointEveryNHours > 0) {
+		bad("--keep_checkpoint_every_n_hours %v must be positive", c.KeepCheckpointEveryNHours)
+	}
+	positive("log_step_count_steps", c.LogStepCountSteps)
+	nonNegative("threads", c.Threads)
+	nonNegative("inter_op_threads", c.InterOpThreads)
+	nonNegative("shuffle_buffer", c.ShuffleBuffer)
+	nonNegative("max_train_examples", c.MaxTrainExamples)
+	nonNegative("max_eval_examples", c.MaxEvalExamples)
+	nonNegative("max_predict_examples", c.MaxPredictExamples)
+	if err := checkCaseMatchesCheckpoint(c.DoLowerCase, c.InitCheckpoint); err != nil {
+		bad("%v", err)
+	}
+	if len(errs) > 0 {
+		return usagef("%s", strings.Join(errs, "\n"))
+	}
+	return nil
+}
+
+var googleModelName = regexp.MustCompile(`^.*?([A-Za-z0-9_-]+)/bert_model\.ckpt`)
+
+// checkCaseMatchesCheckpoint is run_classifier's validate_case_matches_checkpoint: Google's
+// published models are either cased or uncased, and a mismatched --do_lower_case silently ruins
+// fine-tuning.
+func checkCaseMatchesCheckpoint(doLowerCase bool, initCheckpoint string) error {
+	m := googleModelName.FindStringSubmatch(initCheckpoint)
+	if m == nil {
+		return nil
+	}
+	lower := map[string]bool{"uncased_L-24_H-1024_A-16": true, "uncased_L-12_H-768_A-12": true,
+		"multilingual_L-12_H-768_A-12": true, "chinese_L-12_H-768_A-12": true}
+	cased := map[string]bool{"cased_L-12_H-768_A-12": true, "cased_L-24_H-1024_A-16": true,
+		"multi_cased_L-12_H-768_A-12": true}
+	name := m[1]
+	switch {
+	case lower[name] && !doLowerCase:
+		return fmt.Errorf("--do_lower_case=false but --init_checkpoint %s is the uncased model %s: pass --do_lower_case=true", initCheckpoint, name)
+	case cased[name] && doLowerCase:
+		return fmt.Errorf("--do_lower_case=true but --init_checkpoint %s is the cased model %s: pass --do_lower_case=false", initCheckpoint, name)
+	}
+	return nil
+}
+
+// rankOutputDir is where rank writes: output_dir for rank 0, output_dir/<rank> for the others
+// (the Horovod BERT recipe), so that only rank 0's checkpoints and summaries sit at the top.
+func rankOutputDir(outputDir string, rank int) string {
+	if rank == 0 {
+		return outputDir
+	}
+	return filepath.Join(outputDir, fmt.Sprint(rank))
+}

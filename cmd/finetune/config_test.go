@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
+	c, err := parseConfig(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.DoTrain || !c.DoEval || !c.DoPredict || c.SavedModel != defaultSavedModel || c.DataDir == "" || c.OutputDir == "" {
+		t.Fatalf("default task %+v", c)
+	}
+	if err := c.check(); err != nil {
+		t.Fatalf("the default task fails its own checks: %v", err)
+	}
+}
+
+func TestFlagsKeepRunClassifierNamesAndDefaults(t *testing.T) {
+	c, err := parseConfig([]string{"--do_train=True", "--data_dir=d", "--output_dir=o", "--saved_model=m",
+		"--train_batch_size", "4", "--labels=neg, pos"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// run_classifier.py's defaults for what was not given.
+	if !c.DoTrain || c.DoEval || !c.DoLowerCase || c.MaxSeqLength != 128 || c.EvalBatchSize != 8 ||
+		c.LearningRate != 5e-5 || c.NumTrainEpochs != 3 || c.WarmupProportion != 0.1 ||
+		c.SaveCheckpointsSteps != 1000 || c.TrainBatchSize != 4 || strings.Join(c.Labels, "|") != "neg|pos" {
+		t.Fatalf("parsed %+v", c)
+	}
+}
+
+func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
+	base := []string{"--data_dir=d", "--output_dir=o", "--saved_model=m"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--do_train", "--bogus_flag=1"}, "flag provided but not defined: -bogus_flag"},
+		{[]string{"--do_train", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--do_train=maybe"}, "invalid boolean value"},
+		{nil, "at least one of --do_train, --do_eval or --do_predict"},
+		{[]string{"--do_train", "--use_tpu"}, "--use_tpu"},
+		{[]string{"--do_train", "--warmup_proportion=1.5"}, "--warmup_proportion 1.5"},
+		{[]string{"--do_train", "--train_batch_size=0"}, "--train_batch_size 0 must be positive"},
+		{[]string{"--do_train", "--learning_rate=-1"}, "--learning_rate -1"},
+		{[]string{"--do_eval", "--eval_batch_size=0"}, "--eval_batch_size 0"},
+		{[]string{"--do_predict", "--max_seq_length=2"}, "--max_seq_length 2"},
+		{[]string{"--do_train", "--keep_checkpoint_max=-1"}, "--keep_checkpoint_max -1"},
+		{[]string{"--do_train", "--labels=a,,b"}, "empty label name"},
+		{[]string{"--do_train", "--do_lower_case=false", "--init_checkpoint=/m/uncased_L-12_H-768_A-12/bert_model.ckpt"},
+			"uncased model uncased_L-12_H-768_A-12"},
+	} {
+		_, err := parseConfig(append(append([]string{}, base...), c.args...), io.Discard)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+	// Several problems are reported at once.
+	_, err := parseConfig([]string{"--do_train", "--train_batch_size=0", "--num_train_epochs=0"}, io.Discard)
+	if err == nil || strings.Count(err.Error(), "\n") < 4 { // + data_dir, output_dir, saved_model
+		t.Errorf("want every problem listed, got %v", err)
+	}
+	if _, err := parseConfig([]string{"-help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-help: %v", err)
+	}
+}
+
+// fakeModel lays out what validate reads of a SavedModel: saved_model.pb and the packaged
+// bert_config.json and vocab.txt.
+func fakeModel(t *testing.T, vocabSize, vocabLines, positions int) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "assets.extra"), 0o755)
+	os.WriteFile(filepath.Join(dir, "saved_model.pb"), []byte("pb"), 0o644)
+	cfg := `{"vocab_size": ` + strconv.Itoa(vocabSize) + `, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": ` + strconv.Itoa(positions) + `, "type_vocab_size": 2,
+ "initializer_range": 0.02, "hidden_dropout_prob": 0.1}`
+	os.WriteFile(filepath.Join(dir, modelBertConfig), []byte(cfg), 0o644)
+	writeVocab(t, filepath.Join(dir, modelVocab), vocabLines)
+	return dir
+}
+
+func writeVocab(t *testing.T, path string, n int) {
+	t.Helper()
+	tokens := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+	for i := len(tokens); i < n; i++ {
+		tokens = append(tokens, "w"+strconv.Itoa(i))
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(tokens, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dataDir(t *testing.T, files ...string) string {
+	dir := t.TempDir()
+	for _, f := range files {
+		os.WriteFile(filepath.Join(dir, f), []byte("0\tgood\n1\tbad\n"), 0o644)
+	}
+	return dir
+}
+
+func TestValidateAcceptsAFittingSetupAndWritesRankDirs(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	c := Config{DoTrain: true, DoEval: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,
+		DataDir: dataDir(t, "train.tsv", "dev.tsv"), OutputDir: out}
+	in, err := validate(&c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.rankDir != filepath.Join(out, "1") || in.vocab.Size() != 100 || in.test != "" {
+		t.Fatalf("inputs %+v", in)
+	}
+	if st, err := os.Stat(in.rankDir); err != nil || !st.IsDir() {
+		t.Fatalf("rank dir not made: %v", err)
+	}
+}
+
+func TestValidateNamesEveryMisfit(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(notADir, nil, 0o644)
+	otherCfg := filepath.Join(t.TempDir(), "bert_config.json")
+	os.WriteFile(otherCfg, []byte(`{"vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": 64, "type_vocab_size": 2, "initializer_range": 0.02}`), 0o644)
+	bigVocab := filepath.Join(t.TempDir(), "vocab.txt")
+	writeVocab(t, bigVocab, 101)
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"missing model", func(c *Config) { c.SavedModel = "/nonexistent/model" }, "--saved_model /nonexistent/model: no saved_model.pb"},
+		{"missing data", func(c *Config) { c.DoPredict = true }, "test.tsv: no such file"},
+		{"vocab larger than the model", func(c *Config) { c.VocabFile = bigVocab }, "has 101 tokens but the model embeds only vocab_size 100"},
+		{"missing vocab", func(c *Config) { c.VocabFile = "/nonexistent/vocab.txt" }, "/nonexistent/vocab.txt"},
+		{"sequence beyond positions", func(c *Config) { c.MaxSeqLength = 65 }, "cannot use --max_seq_length 65 because the BERT model was only trained up to sequence length 64"},
+		{"config of another model", func(c *Config) { c.BertConfigFile = otherCfg }, "hidden_size 64 != 32"},
+		{"missing init checkpoint", func(c *Config) { c.InitCheckpoint = "/nonexistent/bert_model.ckpt" }, "--init_checkpoint /nonexistent/bert_model.ckpt"},
+		{"unwritable output", func(c *Config) { c.OutputDir = filepath.Join(notADir, "out") }, "--output_dir: mkdir"},
+	} {
+		cfg := Config{DoTrain: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,
+			DataDir: dataDir(t, "train.tsv"), OutputDir: t.TempDir()}
+		c.edit(&cfg)
+		_, err := validate(&cfg, 0)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+)
+
+// Files that the exporter packages inside a training SavedModel (bertgraph/exporter/contract.py).
+const (
+	modelBertConfig = "assets.extra/bert_config.json"
+	modelVocab      = "assets.extra/vocab.txt"
+)
+
+// bertConfig holds the fields of a Google bert_config.json that decide whether a model, a
+// vocabulary and a sequence length fit together.
+type bertConfig struct {
+	VocabSize             int     `json:"vocab_size"`
+	HiddenSize            int     `json:"hidden_size"`
+	NumHiddenLayers       int     `json:"num_hidden_layers"`
+	NumAttentionHeads     int     `json:"num_attention_heads"`
+	IntermediateSize      int     `json:"intermediate_size"`
+	HiddenAct             string  `json:"hidden_act"`
+	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+	TypeVocabSize         int     `json:"type_vocab_size"`
+	InitializerRange      float64 `json:"initializer_range"`
+}
+
+func readBertConfig(path string) (bertConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return bertConfig{}, fmt.Errorf("bert config: %w", err)
+	}
+	var c bertConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return bertConfig{}, fmt.Errorf("bert config %s: %w", path, err)
+	}
+	if c.VocabSize <= 0 || c.MaxPositionEmbeddings <= 0 || c.HiddenSize <= 0 {
+		return bertConfig{}, fmt.Errorf("bert config %s: vocab_size, hidden_size and max_position_embeddings must be positive", path)
+	}
+	return c, nil
+}
+
+// inputs are the checked files of a run.
+type inputs struct {
+	bert           bertConfig
+	bertConfigPath string
+	vocab          *tokenizer.Vocab
+	vocabPath      string
+	train, dev     string // data files, "" when not used
+	test           string
+	rankDir        string
+}
+
+// validate checks, before any work, that every file the run needs exists and fits the others:
+// the SavedModel, the BERT config (the flag's must equal the model's), the vocabulary (no id
+// beyond the model's vocab_size), max_seq_length within the model's positions, the data files of
+// each requested phase, the initial checkpoint, and a writable output directory for this rank.
+// All problems are reported together.
+func validate(c *Config, rank int) (*inputs, error) {
+	var errs []string
+	bad := func(err error) { errs = append(errs, err.Error()) }
+	in := &inputs{}
+
+	if st, err := os.Stat(filepath.Join(c.SavedModel, "saved_model.pb")); err != nil || st.IsDir() {
+		bad(fmt.Errorf("--saved_model %s: no saved_model.pb (export one with python -m bertgraph.exporter.export, or run `make model`)", c.SavedModel))
+	} else {
+		modelCfgPath := filepath.Join(c.SavedModel, modelBertConfig)
+		modelCfg, err := readBertConfig(modelCfgPath)
+		switch {
+		case err == nil && c.BertConfigFile != "":
+			flagCfg, err := readBertConfig(c.BertConfigFile)
+			if err != nil {
+				bad(fmt.Errorf("--bert_config_file: %w", err))
+			} else if diff := configDiff(flagCfg, modelCfg); diff != "" {
+				bad(fmt.Errorf("--bert_config_file %s does not describe --saved_model %s: %s", c.BertConfigFile, c.SavedModel, diff))
+			} else {
+				in.bert, in.bertConfigPath = flagCfg, c.BertConfigFile
+			}
+		case err == nil:
+			in.bert, in.bertConfigPath = modelCfg, modelCfgPath
+		case c.BertConfigFile != "":
+			if in.bert, err = readBertConfig(c.BertConfigFile); err != nil {
+				bad(fmt.Errorf("--bert_config_file: %w", err))
+			}
+			in.bertConfigPath = c.BertConfigFile
+		default:
+			bad(fmt.Errorf("--saved_model %s packages no bert config (%v): pass --bert_config_file", c.SavedModel, err))
+		}
+		in.vocabPath = c.VocabFile
+		if in.vocabPath == "" {
+			in.vocabPath = filepath.Join(c.SavedModel, modelVocab)
+		}
+	}
+	if in.bertConfigPath != "" && c.MaxSeqLength > in.bert.MaxPositionEmbeddings {
+		bad(fmt.Errorf("cannot use --max_seq_length %d because the BERT model was only trained up to sequence length %d (max_position_embeddings of %s)",
+			c.MaxSeqLength, in.bert.MaxPositionEmbeddings, in.bertConfigPath))
+	}
+	if in.vocabPath != "" {
+		v, err := tokenizer.LoadVocab(in.vocabPath)
+		switch {
+		case err != nil:
+			bad(fmt.Errorf("--vocab_file: %w", err))
+		case in.bertConfigPath != "" && v.Size() > in.bert.VocabSize:
+			bad(fmt.Errorf("--vocab_file %s has %d tokens but the model embeds only vocab_size %d (%s): ids from %d on would index past the embedding table",
+				in.vocabPath, v.Size(), in.bert.VocabSize, in.bertConfigPath, in.bert.VocabSize))
+		default:
+			for _, special := range []string{"[CLS]", "[SEP]", "[UNK]"} {
+				if _, ok := v.ID(special); !ok {
+					bad(fmt.Errorf("--vocab_file %s has no %s token", in.vocabPath, special))
+				}
+			}
+			in.vocab = v
+		}
+	}
+	dataFile := func(use bool, name string) string {
+		if !use {
+			return ""
+		}
+		p := filepath.Join(c.DataDir, name)
+		if f, err := os.Open(p); err != nil {
+			bad(fmt.Errorf("--data_dir: %w", err))
+		} else {
+			f.Close()
+		}
+		return p
+	}
+	in.train = dataFile(c.DoTrain, "train.tsv")
+	in.dev = dataFile(c.DoEval, "dev.tsv")
+	in.test = dataFile(c.DoPredict, "test.tsv")
+	if c.InitCheckpoint != "" {
+		if _, err := os.Stat(c.InitCheckpoint + ".index"); err != nil {
+			bad(fmt.Errorf("--init_checkpoint %s: no checkpoint there (%v)", c.InitCheckpoint, err))
+		}
+	}
+	in.rankDir = rankOutputDir(c.OutputDir, rank)
+	if err := checkWritable(in.rankDir); err != nil {
+		bad(fmt.Errorf("--output_dir: %w", err))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return in, nil
+}
+
+// configDiff names the fields in which two BERT configs differ ("" when none).
+func configDiff(a, b bertConfig) string {
+	var diffs []string
+	va, vb, t := reflect.ValueOf(a), reflect.ValueOf(b), reflect.TypeOf(a)
+	for i := range t.NumField() {
+		if x, y := va.Field(i).Interface(), vb.Field(i).Interface(); x != y {
+			diffs = append(diffs, fmt.Sprintf("%s %v != %v", t.Field(i).Tag.Get("json"), x, y))
+		}
+	}
+	return strings.Join(diffs, ", ")
+}
+
+// checkWritable creates dir if needed and proves that a file can be created in it.
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".write-probe-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
