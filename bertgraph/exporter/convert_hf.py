@@ -1,0 +1,143 @@
+"""HuggingFace BERT (``model.safetensors`` + ``config.json`` + ``vocab.txt``) -> Google format.
+
+    python -m bertgraph.exporter.convert_hf --hf_dir DIR --out OUT
+
+writes ``OUT/bert_model.ckpt.{index,data-*}`` (TF1 name-based, Google variable names, readable by
+``tf.train.load_checkpoint`` and BERT's ``init_from_checkpoint``), ``OUT/bert_config.json`` and
+``OUT/vocab.txt``.  The weights are read with safetensors' numpy API; no torch.
+
+HF stores a linear layer's weight as [out, in] (``y = x W^T + b``); Google stores the kernel as
+[in, out] (``y = x K + b``), so every dense weight is transposed.  LayerNorm ``weight``/``bias`` are
+Google's ``gamma``/``beta``.  The MLM/NSP heads, if present, are not part of a classifier and are
+skipped (listed on stderr).
+"""
+import argparse
+import json
+import pathlib
+import re
+import shutil
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from . import checkpoint
+from .config import BertConfig
+
+_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)$")
+_LAYER_PARTS = {
+    "attention.self.query": "attention/self/query",
+    "attention.self.key": "attention/self/key",
+    "attention.self.value": "attention/self/value",
+    "attention.output.dense": "attention/output/dense",
+    "attention.output.LayerNorm": "attention/output/LayerNorm",
+    "intermediate.dense": "intermediate/dense",
+    "output.dense": "output/dense",
+    "output.LayerNorm": "output/LayerNorm",
+}
+_EMBEDDINGS = {
+    "embeddings.word_embeddings.weight": "bert/embeddings/word_embeddings",
+    "embeddings.position_embeddings.weight": "bert/embeddings/position_embeddings",
+    "embeddings.token_type_embeddings.weight": "bert/embeddings/token_type_embeddings",
+    "embeddings.LayerNorm.weight": "bert/embeddings/LayerNorm/gamma",
+    "embeddings.LayerNorm.bias": "bert/embeddings/LayerNorm/beta",
+    "pooler.dense.weight": "bert/pooler/dense/kernel",
+    "pooler.dense.bias": "bert/pooler/dense/bias",
+}
+# Buffers, not weights.
+_IGNORED = ("embeddings.position_ids",)
+
+
+def google_name(hf_name):
+    """(Google name, transpose?) for an HF BertModel parameter name, or None if not an encoder
+    weight.  Accepts names with or without the ``bert.`` prefix of BertFor* models."""
+    name = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
+    if name in _EMBEDDINGS:
+        return _EMBEDDINGS[name], name == "pooler.dense.weight"
+    m = _LAYER.match(name)
+    if not m:
+        return None
+    layer, rest = m.groups()
+    module, _, kind = rest.rpartition(".")
+    part = _LAYER_PARTS.get(module)
+    if part is None:
+        return None
+    if part.endswith("LayerNorm"):
+        leaf = {"weight": "gamma", "bias": "beta"}.get(kind)
+        transpose = False
+    else:
+        leaf = {"weight": "kernel", "bias": "bias"}.get(kind)
+        transpose = kind == "weight"
+    if leaf is None:
+        return None
+    return f"bert/encoder/layer_{layer}/{part}/{leaf}", transpose
+
+
+def bert_config_from_hf(hf):
+    """The Google bert_config of an HF BertConfig dict."""
+    if hf.get("model_type", "bert") != "bert":
+        raise ValueError(f"model_type {hf.get('model_type')!r} is not bert")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported")
+    if abs(hf.get("layer_norm_eps", 1e-12) - 1e-12) > 1e-15:
+        raise ValueError(f"layer_norm_eps {hf['layer_norm_eps']} != 1e-12 (Google BERT's)")
+    return BertConfig.from_dict({**hf, "hidden_act": {"gelu_new": "gelu_tanh"}.get(
+        hf.get("hidden_act", "gelu"), hf.get("hidden_act", "gelu"))})
+
+
+def convert_weights(tensors, config):
+    """{Google name: ndarray} from {HF name: ndarray}; checks every expected name is there."""
+    out, skipped = {}, []
+    for hf_name, value in tensors.items():
+        g = google_name(hf_name)
+        if g is None:
+            if not hf_name.endswith(_IGNORED):
+                skipped.append(hf_name)
+            continue
+        name, transpose = g
+        if name in out:
+            raise ValueError(f"{hf_name}: {name} given twice")
+        out[name] = np.ascontiguousarray(value.T if transpose else value, dtype=np.float32)
+    expected = expected_names(config)
+    missing = sorted(set(expected) - set(out))
+    if missing:
+        raise ValueError(f"safetensors lacks {len(missing)} encoder weights, e.g. {missing[:3]}")
+    return out, skipped
+
+
+def expected_names(config):
+    names = ["bert/embeddings/word_embeddings", "bert/embeddings/position_embeddings",
+             "bert/embeddings/token_type_embeddings", "bert/embeddings/LayerNorm/gamma",
+             "bert/embeddings/LayerNorm/beta", "bert/pooler/dense/kernel",
+             "bert/pooler/dense/bias"]
+    for n in range(config.num_hidden_layers):
+        for part in _LAYER_PARTS.values():
+            leaves = ("gamma", "beta") if part.endswith("LayerNorm") else ("kernel", "bias")
+            names += [f"bert/encoder/layer_{n}/{part}/{leaf}" for leaf in leaves]
+    return names
+
+
+def convert(hf_dir, out_dir, log=lambda s: print(s, file=sys.stderr)):
+    hf_dir, out_dir = pathlib.Path(hf_dir), pathlib.Path(out_dir)
+    config = bert_config_from_hf(json.loads((hf_dir / "config.json").read_text()))
+    weights, skipped = convert_weights(load_file(str(hf_dir / "model.safetensors")), config)
+    for name in skipped:
+        log(f"skipped (not part of the encoder): {name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.write(str(out_dir / "bert_model.ckpt"), weights)
+    config.to_json_file(out_dir / "bert_config.json")
+    shutil.copyfile(hf_dir / "vocab.txt", out_dir / "vocab.txt")
+    return out_dir
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--hf_dir", required=True,
+                   help="folder with model.safetensors, config.json and vocab.txt")
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    print(convert(a.hf_dir, a.out))
+
+
+if __name__ == "__main__":
+    main()

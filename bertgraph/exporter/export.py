@@ -1,0 +1,269 @@
+"""Exports the training SavedModel (with a serving SavedModel packaged inside it).
+
+    python -m bertgraph.exporter.export --bert_config bert_config.json --vocab vocab.txt \
+        [--init_checkpoint bert_model.ckpt] --num_labels 2 --max_seq_length 128 --out DIR
+
+Layout of DIR:
+    saved_model.pb, variables/                 the training SavedModel (signatures in contract.py)
+    assets.extra/gorovod_contract.json         the contract Go validates
+    assets.extra/serving/                      serving-only SavedModel (serving_default), same
+                                               checkpoint keys for the model variables, no optimizer
+    assets.extra/vocab.txt, bert_config.json   copied for the Classifier and for reference
+"""
+import argparse
+import pathlib
+import shutil
+import sys
+import tempfile
+
+import tensorflow as tf
+
+from . import checkpoint, contract
+from .config import TINY, BertConfig
+from .model import BertClassifier, checkpoint_key
+from .optimizer import (BETA_1, BETA_2, EPSILON, EXCLUDE_FROM_WEIGHT_DECAY, WEIGHT_DECAY_RATE,
+                        AdamWeightDecay, uses_weight_decay)
+
+
+def _batch_specs(max_seq_length, labels=True):
+    specs = {
+        "input_ids": tf.TensorSpec([None, max_seq_length], tf.int32, "input_ids"),
+        "input_mask": tf.TensorSpec([None, max_seq_length], tf.int32, "input_mask"),
+        "segment_ids": tf.TensorSpec([None, max_seq_length], tf.int32, "segment_ids"),
+    }
+    if labels:
+        specs["label_ids"] = tf.TensorSpec([None], tf.int32, "label_ids")
+        specs["is_real_example"] = tf.TensorSpec([None], tf.int32, "is_real_example")
+    return specs
+
+
+class Signature:
+    """A concrete function whose signature inputs are named by ``specs``' keys."""
+
+    def __init__(self, fn, specs):
+        self.specs = specs
+        self.function = tf.function(fn).get_concrete_function(**specs)
+
+    def entry(self):
+        return contract.signature_entry(self.function, self.specs)
+
+
+def _classification(model, batch, dropout_seed):
+    logits = model.logits(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                          dropout_seed)
+    labels = batch["label_ids"]
+    log_probs = tf.nn.log_softmax(logits)
+    per_example_loss = -tf.reduce_sum(tf.one_hot(labels, model.num_labels) * log_probs, axis=-1)
+    real = tf.cast(batch["is_real_example"], tf.float32)
+    hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+    loss_sum = tf.reduce_sum(per_example_loss * real)
+    correct = tf.cast(tf.reduce_sum(hits * real), tf.int32)
+    examples = tf.cast(tf.reduce_sum(real), tf.int32)
+    return loss_sum, correct, examples
+
+
+def build(config, num_labels, max_seq_length, dropout=True, seed=0):
+    """Returns (root module, {signature key: Signature})."""
+    if max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings "
+                         f"{config.max_position_embeddings}")
+    model = BertClassifier(config, num_labels, seed=seed)
+    model.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    model.optimizer = AdamWeightDecay(model.named_variables)
+    names = [n for n, _ in model.named_variables]
+    variables = [v for _, v in model.named_variables]
+    grad_keys = [contract.gradient_key(i) for i in range(len(names))]
+    var_keys = [contract.variable_key(i) for i in range(len(names))]
+    batch = _batch_specs(max_seq_length)
+    features = _batch_specs(max_seq_length, labels=False)
+
+    def train_step(input_ids, input_mask, segment_ids, label_ids, is_real_example, dropout_seed):
+        b = dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                 label_ids=label_ids, is_real_example=is_real_example)
+        with tf.GradientTape() as tape:
+            loss_sum, correct, examples = _classification(
+                model, b, dropout_seed if dropout else None)
+            loss = tf.math.divide_no_nan(loss_sum, tf.cast(examples, tf.float32))
+        grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        out = {"loss": loss, "correct": correct, "examples": examples}
+        # sparse_as_dense: the word-embedding gradient arrives as IndexedSlices.
+        out.update({k: tf.convert_to_tensor(g) for k, g in zip(grad_keys, grads)})
+        return out
+
+    def apply_gradients(learning_rate, clip_norm, **grads):
+        global_norm, applied = model.optimizer.apply(
+            [grads[k] for k in grad_keys], learning_rate, clip_norm, model.global_step)
+        return {"global_norm": global_norm, "applied": applied,
+                "global_step": model.global_step.read_value()}
+
+    def eval_step(input_ids, input_mask, segment_ids, label_ids, is_real_example):
+        loss_sum, correct, examples = _classification(
+            model, dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                        label_ids=label_ids, is_real_example=is_real_example), None)
+        return {"loss_sum": loss_sum, "correct": correct, "examples": examples}
+
+    def predict(input_ids, input_mask, segment_ids):
+        return _predictions(model, input_ids, input_mask, segment_ids)
+
+    def read_variables():
+        out = {k: v.read_value() for k, v in zip(var_keys, variables)}
+        out["global_step"] = model.global_step.read_value()
+        return out
+
+    def assign_variables(**values):
+        for k, v in zip(var_keys, variables):
+            v.assign(values[k])
+        return {"num_assigned": tf.constant(len(variables), tf.int32)}
+
+    grad_specs = {k: tf.TensorSpec(v.shape, tf.float32, k) for k, v in zip(grad_keys, variables)}
+    var_specs = {k: tf.TensorSpec(v.shape, tf.float32, k) for k, v in zip(var_keys, variables)}
+    scalar = tf.TensorSpec([], tf.float32)
+    predict_fn = Signature(predict, features)
+    signatures = {
+        contract.TRAIN_STEP: Signature(
+            train_step, dict(batch, dropout_seed=tf.TensorSpec([2], tf.int64, "dropout_seed"))),
+        contract.APPLY_GRADIENTS: Signature(
+            apply_gradients, dict(grad_specs, learning_rate=scalar, clip_norm=scalar)),
+        contract.EVAL_STEP: Signature(eval_step, batch),
+        contract.PREDICT: predict_fn,
+        contract.SERVING_DEFAULT: predict_fn,
+        contract.READ_VARIABLES: Signature(read_variables, {}),
+        contract.ASSIGN_VARIABLES: Signature(assign_variables, var_specs),
+    }
+    return model, signatures
+
+
+def _predictions(model, input_ids, input_mask, segment_ids):
+    logits = model.logits(input_ids, input_mask, segment_ids)
+    return {"probabilities": tf.nn.softmax(logits), "logits": logits}
+
+
+def _build_serving(model, max_seq_length):
+    """A serving-only twin of ``model``: same variable tree (same checkpoint keys), no optimizer."""
+    serving = BertClassifier(model.config, model.num_labels)
+    serving.load_values({n: v.numpy() for n, v in model.named_variables})
+    fn = Signature(lambda **features: _predictions(serving, **features),
+                          _batch_specs(max_seq_length, labels=False))
+    return serving, {contract.SERVING_DEFAULT: fn}
+
+
+def make_contract(model, signatures, serving_signatures, max_seq_length, dropout, label_names):
+    variables = []
+    for i, (name, var) in enumerate(model.named_variables):
+        variables.append({
+            "name": name,
+            "shape": var.shape.as_list(),
+            "dtype": var.dtype.name,
+            "gradient_key": contract.gradient_key(i),
+            "value_key": contract.variable_key(i),
+            "checkpoint_key": checkpoint_key(name),
+            "weight_decay": uses_weight_decay(name),
+        })
+    slots = []
+    for slot in ("adam_m", "adam_v"):
+        for name, _ in model.named_variables:
+            slots.append({"name": f"{name}/{slot}",
+                          "checkpoint_key": checkpoint_key(f"optimizer/{slot}/{name}")})
+    return {
+        "contract_version": contract.CONTRACT_VERSION,
+        "bert_config": model.config.to_dict(),
+        "num_labels": model.num_labels,
+        "label_names": list(label_names) if label_names else
+        [str(i) for i in range(model.num_labels)],
+        "max_seq_length": max_seq_length,
+        "dropout": dropout,
+        "signatures": {k: s.entry() for k, s in sorted(signatures.items())},
+        "variables": variables,
+        "global_step": {"name": "global_step", "checkpoint_key": checkpoint_key("global_step")},
+        "optimizer": {
+            "name": "AdamWeightDecay", "beta_1": BETA_1, "beta_2": BETA_2, "epsilon": EPSILON,
+            "weight_decay_rate": WEIGHT_DECAY_RATE,
+            "exclude_from_weight_decay": list(EXCLUDE_FROM_WEIGHT_DECAY),
+            "clip": "global_norm", "default_clip_norm": 1.0, "slots": slots,
+        },
+        "checkpoint_key_mapping": (
+            "A model variable or global_step named N (Google name) is saved under "
+            "'N/.ATTRIBUTES/VARIABLE_VALUE'; its Adam slots N/adam_m and N/adam_v under "
+            "'optimizer/adam_m/N/.ATTRIBUTES/VARIABLE_VALUE' and "
+            "'optimizer/adam_v/N/.ATTRIBUTES/VARIABLE_VALUE'."),
+        "serving": {
+            "dir": contract.SERVING_DIR,
+            "signatures": {k: s.entry() for k, s in sorted(serving_signatures.items())},
+        },
+        "vocab_file": contract.VOCAB_FILE,
+    }
+
+
+def export(out_dir, config, num_labels, max_seq_length, vocab_file=None, init_checkpoint=None,
+           dropout=True, seed=0, label_names=None, log=print):
+    """Writes the training SavedModel (and its serving model) to ``out_dir``, atomically."""
+    out_dir = pathlib.Path(out_dir)
+    if label_names and len(label_names) != num_labels:
+        raise ValueError(f"{len(label_names)} label names for {num_labels} labels")
+    model, signatures = build(config, num_labels, max_seq_length, dropout=dropout, seed=seed)
+    if init_checkpoint:
+        values = checkpoint.read(init_checkpoint)
+        assigned = set(model.load_values(values))
+        for name, var in model.named_variables:
+            log(f"  name = {name}, shape = {var.shape}"
+                + (", *INIT_FROM_CKPT*" if name in assigned else ""))
+    serving, serving_signatures = _build_serving(model, max_seq_length)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        tf.saved_model.save(model, str(staging),
+                            signatures={k: s.function for k, s in signatures.items()})
+        tf.saved_model.save(serving, str(staging / contract.SERVING_DIR),
+                            signatures={k: s.function for k, s in serving_signatures.items()})
+        contract.write(staging, make_contract(model, signatures, serving_signatures,
+                                              max_seq_length, dropout, label_names))
+        config.to_json_file(staging / "assets.extra/bert_config.json")
+        if vocab_file:
+            shutil.copyfile(vocab_file, staging / contract.VOCAB_FILE)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out_dir
+
+
+def write_tiny_vocab(path, size):
+    """A vocab of ``size`` entries: the BERT specials, then ASCII words ``w0 w1 ...``."""
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = [f"w{i}" for i in range(size - len(specials))]
+    pathlib.Path(path).write_text("\n".join(specials + words) + "\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bert_config", help="Google bert_config.json")
+    p.add_argument("--tiny", action="store_true",
+                   help="use the tiny test configuration (2 layers, hidden 32) and a generated vocab")
+    p.add_argument("--vocab", help="vocab.txt copied into assets.extra")
+    p.add_argument("--init_checkpoint", help="Google-format checkpoint to start from")
+    p.add_argument("--num_labels", type=int, default=2)
+    p.add_argument("--label_names", help="comma-separated label names (default 0..num_labels-1)")
+    p.add_argument("--max_seq_length", type=int, default=128)
+    p.add_argument("--no_dropout", action="store_true",
+                   help="train_step without dropout (exact-equivalence tests)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    if a.tiny == bool(a.bert_config):
+        p.error("give exactly one of --bert_config and --tiny")
+    config = TINY if a.tiny else BertConfig.from_json_file(a.bert_config)
+    vocab = a.vocab
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.tiny and not vocab:
+            vocab = str(pathlib.Path(tmp) / "vocab.txt")
+            write_tiny_vocab(vocab, config.vocab_size)
+        export(a.out, config, a.num_labels, a.max_seq_length, vocab_file=vocab,
+               init_checkpoint=a.init_checkpoint, dropout=not a.no_dropout, seed=a.seed,
+               label_names=a.label_names.split(",") if a.label_names else None,
+               log=lambda s: print(s, file=sys.stderr))
+    print(a.out)
+
+
+if __name__ == "__main__":
+    main()

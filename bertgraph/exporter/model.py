@@ -1,0 +1,216 @@
+"""BERT encoder + classification head whose variables carry Google's checkpoint names.
+
+The forward pass follows Google BERT's modeling.py and run_classifier.py ``create_model``: word +
+token-type + position embeddings, LayerNorm, N transformer layers (self-attention with the -10000
+mask adder, GELU feed-forward, post-LayerNorm), tanh pooler on the first token, dropout, and
+``logits = pooled @ output_weights^T + output_bias``.
+
+Every variable sits in a tree of tf.Module nodes whose attribute path *is* its Google name, so the
+object-based checkpoint key TensorFlow derives for it is ``<google name>/.ATTRIBUTES/VARIABLE_VALUE``
+(see ``checkpoint_key``).  The ordered list of variables is kept outside that tree (a plain Python
+list the tracker never sees), so no shorter second path can take over the key.
+"""
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from .config import BertConfig
+
+LAYER_NORM_EPSILON = 1e-12  # tf.contrib.layers.layer_norm's default, used by Google BERT
+MASK_ADDER = -10000.0  # Google BERT's attention mask adder
+
+
+def checkpoint_key(path):
+    """The object-based checkpoint key of the variable at attribute path ``path``."""
+    return "/".join(p.replace(".", "..").replace("/", ".S") for p in path.split("/")) \
+        + "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+class VariableTree(tf.Module):
+    """A tree of modules whose attribute paths are the variables' Google names."""
+
+    def __init__(self, name=None):
+        super().__init__(name=name)
+        object.__setattr__(self, "_ordered", [])  # untracked: keeps creation order only
+
+    def create(self, path, initial_value, trainable=True, dtype=tf.float32):
+        *parents, leaf = path.split("/")
+        node = self
+        for p in parents:
+            child = getattr(node, p, None)
+            if child is None:
+                child = tf.Module(name=None)
+                setattr(node, p, child)
+            node = child
+        if hasattr(node, leaf):
+            raise ValueError(f"variable {path} created twice")
+        var = tf.Variable(initial_value, trainable=trainable, dtype=dtype,
+                          name=path)
+        setattr(node, leaf, var)
+        self._ordered.append((path, var))
+        return var
+
+    @property
+    def named_variables(self):
+        """[(google name, tf.Variable)] in creation order."""
+        return list(self._ordered)
+
+
+def _activation(name):
+    if name == "gelu":
+        return lambda x: tf.nn.gelu(x, approximate=False)
+    if name in ("gelu_tanh", "gelu_new"):
+        return lambda x: tf.nn.gelu(x, approximate=True)
+    return {"relu": tf.nn.relu, "tanh": tf.tanh, "linear": tf.identity}[name]
+
+
+class Dropout:
+    """Stateless dropout: the mask is a function of (seed, site), so a train step is reproducible
+    given its seed, whichever process (Go or Python) runs it, and ranks differ by their seeds."""
+
+    def __init__(self, seed):
+        self._seed = seed
+        self._site = 0
+
+    def __call__(self, x, rate):
+        if self._seed is None or rate == 0.0:
+            return x
+        self._site += 1
+        site_seed = tf.random.experimental.stateless_fold_in(self._seed, self._site)
+        return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=site_seed)
+
+
+class BertClassifier(VariableTree):
+    """The encoder and the run_classifier head, for ``num_labels`` labels."""
+
+    def __init__(self, config: BertConfig, num_labels: int, seed: int = 0):
+        super().__init__(name="bert_classifier")
+        if num_labels < 2:
+            raise ValueError(f"num_labels must be at least 2, got {num_labels}")
+        self.config = config
+        self.num_labels = num_labels
+        c = config
+        counter = [0]
+
+        def normal(shape):
+            counter[0] += 1
+            return tf.random.stateless_truncated_normal(
+                shape, seed=[seed, counter[0]], stddev=c.initializer_range)
+
+        def zeros(n):
+            return tf.zeros([n])
+
+        def ones(n):
+            return tf.ones([n])
+
+        h, i = c.hidden_size, c.intermediate_size
+        self.create("bert/embeddings/word_embeddings", normal([c.vocab_size, h]))
+        self.create("bert/embeddings/token_type_embeddings", normal([c.type_vocab_size, h]))
+        self.create("bert/embeddings/position_embeddings", normal([c.max_position_embeddings, h]))
+        self.create("bert/embeddings/LayerNorm/beta", zeros(h))
+        self.create("bert/embeddings/LayerNorm/gamma", ones(h))
+        for n in range(c.num_hidden_layers):
+            p = f"bert/encoder/layer_{n}"
+            for part in ("query", "key", "value"):
+                self.create(f"{p}/attention/self/{part}/kernel", normal([h, h]))
+                self.create(f"{p}/attention/self/{part}/bias", zeros(h))
+            self.create(f"{p}/attention/output/dense/kernel", normal([h, h]))
+            self.create(f"{p}/attention/output/dense/bias", zeros(h))
+            self.create(f"{p}/attention/output/LayerNorm/beta", zeros(h))
+            self.create(f"{p}/attention/output/LayerNorm/gamma", ones(h))
+            self.create(f"{p}/intermediate/dense/kernel", normal([h, i]))
+            self.create(f"{p}/intermediate/dense/bias", zeros(i))
+            self.create(f"{p}/output/dense/kernel", normal([i, h]))
+            self.create(f"{p}/output/dense/bias", zeros(h))
+            self.create(f"{p}/output/LayerNorm/beta", zeros(h))
+            self.create(f"{p}/output/LayerNorm/gamma", ones(h))
+        self.create("bert/pooler/dense/kernel", normal([h, h]))
+        self.create("bert/pooler/dense/bias", zeros(h))
+        self.create("output_weights", normal([num_labels, h]))
+        self.create("output_bias", zeros(num_labels))
+        object.__setattr__(self, "_by_name", dict(self._ordered))
+
+    def var(self, name):
+        return self._by_name[name]
+
+    def load_values(self, values):
+        """Assigns {google name: ndarray} (a subset is fine); returns the names assigned."""
+        assigned = []
+        for name, value in values.items():
+            var = self._by_name.get(name)
+            if var is None:
+                continue
+            if tuple(var.shape) != tuple(np.shape(value)):
+                raise ValueError(f"{name}: checkpoint shape {np.shape(value)} != model shape "
+                                 f"{tuple(var.shape)}")
+            var.assign(value)
+            assigned.append(name)
+        return assigned
+
+    # -- forward pass -----------------------------------------------------------------------------
+
+    def _dense(self, x, prefix):
+        return tf.matmul(x, self.var(prefix + "/kernel")) + self.var(prefix + "/bias")
+
+    def _layer_norm(self, x, prefix):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        x = (x - mean) * tf.math.rsqrt(variance + LAYER_NORM_EPSILON)
+        return x * self.var(prefix + "/gamma") + self.var(prefix + "/beta")
+
+    def encode(self, input_ids, input_mask, segment_ids, dropout_seed=None):
+        """Returns (sequence_output [B, S, H], pooled_output [B, H]).
+
+        ``dropout_seed`` (int64 [2]) turns dropout on; None is inference."""
+        return self._encode(input_ids, input_mask, segment_ids, Dropout(dropout_seed))
+
+    def logits(self, input_ids, input_mask, segment_ids, dropout_seed=None):
+        """run_classifier's create_model: dropout (0.1 in Google's code; hidden_dropout_prob here,
+        the same value in every released config) on the pooled output, then the output layer."""
+        drop = Dropout(dropout_seed)
+        _, pooled = self._encode(input_ids, input_mask, segment_ids, drop)
+        pooled = drop(pooled, self.config.hidden_dropout_prob)
+        return tf.matmul(pooled, self.var("output_weights"), transpose_b=True) \
+            + self.var("output_bias")
+
+    def _encode(self, input_ids, input_mask, segment_ids, drop):
+        c = self.config
+        act = _activation(c.hidden_act)
+        h, heads = c.hidden_size, c.num_attention_heads
+        head = h // heads
+        batch = tf.shape(input_ids)[0]
+        seq = input_ids.shape[1]
+        if seq is None:
+            seq = tf.shape(input_ids)[1]
+
+        x = tf.gather(self.var("bert/embeddings/word_embeddings"), input_ids)
+        token_type = tf.one_hot(segment_ids, c.type_vocab_size, dtype=tf.float32)
+        x += tf.einsum("bst,th->bsh", token_type, self.var("bert/embeddings/token_type_embeddings"))
+        x += self.var("bert/embeddings/position_embeddings")[:seq][tf.newaxis]
+        x = self._layer_norm(x, "bert/embeddings/LayerNorm")
+        x = drop(x, c.hidden_dropout_prob)
+
+        mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]  # [B, 1, 1, S]
+        adder = (1.0 - mask) * MASK_ADDER
+        x = tf.reshape(x, [-1, h])  # [B*S, H], as Google's transformer_model keeps it
+
+        def split_heads(t):
+            return tf.transpose(tf.reshape(t, [batch, seq, heads, head]), [0, 2, 1, 3])
+
+        for n in range(c.num_hidden_layers):
+            p = f"bert/encoder/layer_{n}"
+            q = split_heads(self._dense(x, p + "/attention/self/query"))
+            k = split_heads(self._dense(x, p + "/attention/self/key"))
+            v = split_heads(self._dense(x, p + "/attention/self/value"))
+            scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(head)) + adder
+            probs = drop(tf.nn.softmax(scores), c.attention_probs_dropout_prob)
+            ctx = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]), [-1, h])
+            attn = drop(self._dense(ctx, p + "/attention/output/dense"), c.hidden_dropout_prob)
+            attn = self._layer_norm(attn + x, p + "/attention/output/LayerNorm")
+            inter = act(self._dense(attn, p + "/intermediate/dense"))
+            out = drop(self._dense(inter, p + "/output/dense"), c.hidden_dropout_prob)
+            x = self._layer_norm(out + attn, p + "/output/LayerNorm")
+
+        sequence_output = tf.reshape(x, [batch, seq, h])
+        pooled = tf.tanh(self._dense(sequence_output[:, 0], "bert/pooler/dense"))
+        return sequence_output, pooled

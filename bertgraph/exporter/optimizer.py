@@ -1,0 +1,66 @@
+"""AdamWeightDecay with global-norm clipping, as Google BERT's optimization.py applies it.
+
+    grads   = clip_by_global_norm(grads, clip_norm)           # after the allreduce (Horovod BERT)
+    m       = beta1 * m + (1 - beta1) * g
+    v       = beta2 * v + (1 - beta2) * g^2
+    update  = m / (sqrt(v) + epsilon) + weight_decay * param  # decay unless LayerNorm/layer_norm/bias
+    param  -= learning_rate * update                           # no bias correction
+    global_step += 1
+
+A non-finite global norm (an overflowed or NaN gradient) skips the whole update: parameters, slots
+and global_step keep their values and ``applied`` says False.
+"""
+import re
+
+import tensorflow as tf
+
+from .model import VariableTree
+
+BETA_1 = 0.9
+BETA_2 = 0.999
+EPSILON = 1e-6
+WEIGHT_DECAY_RATE = 0.01
+EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+def uses_weight_decay(name):
+    """Google's AdamWeightDecayOptimizer._do_use_weight_decay."""
+    return not any(re.search(r, name) for r in EXCLUDE_FROM_WEIGHT_DECAY)
+
+
+class AdamWeightDecay(tf.Module):
+    """Slots ``adam_m``/``adam_v`` mirror the model's variable tree; see module docstring."""
+
+    def __init__(self, named_variables):
+        super().__init__(name="adam_weight_decay")
+        self.adam_m = VariableTree()
+        self.adam_v = VariableTree()
+        object.__setattr__(self, "_params", list(named_variables))
+        for name, var in named_variables:
+            self.adam_m.create(name, tf.zeros(var.shape), trainable=False)
+            self.adam_v.create(name, tf.zeros(var.shape), trainable=False)
+
+    def apply(self, grads, learning_rate, clip_norm, global_step):
+        """Returns (global_norm, applied).  ``grads`` are in the order of ``named_variables``."""
+        global_norm = tf.linalg.global_norm(grads)
+        finite = tf.math.is_finite(global_norm)
+
+        def update():
+            scale = clip_norm / tf.maximum(global_norm, clip_norm)
+            ms = [v for _, v in self.adam_m.named_variables]
+            vs = [v for _, v in self.adam_v.named_variables]
+            for (name, param), g, m, v in zip(self._params, grads, ms, vs):
+                g = g * scale
+                next_m = BETA_1 * m + (1.0 - BETA_1) * g
+                next_v = BETA_2 * v + (1.0 - BETA_2) * tf.square(g)
+                step = next_m / (tf.sqrt(next_v) + EPSILON)
+                if uses_weight_decay(name):
+                    step += WEIGHT_DECAY_RATE * param
+                param.assign_sub(learning_rate * step)
+                m.assign(next_m)
+                v.assign(next_v)
+            global_step.assign_add(1)
+            return tf.constant(True)
+
+        applied = tf.cond(finite, update, lambda: tf.constant(False))
+        return global_norm, applied
