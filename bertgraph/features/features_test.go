@@ -1,0 +1,362 @@
+package features
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+)
+
+// vocab: ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]; then a b c d e f g h.
+func newTok(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	v, err := tokenizer.NewVocab(strings.Fields("[PAD] [UNK] [CLS] [SEP] [MASK] a b c d e f g h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(v, tokenizer.Options{DoLowerCase: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func newConv(t testing.TB, maxSeq int) *Converter {
+	t.Helper()
+	labels, err := NewLabels([]string{"neg", "pos"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConverter(newTok(t), maxSeq, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestConvertSingle(t *testing.T) {
+	c := newConv(t, 8)
+	f, err := c.Convert(InputExample{TextA: "A b C", Label: "pos"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := InputFeatures{
+		InputIDs:      []int32{2, 5, 6, 7, 3, 0, 0, 0},
+		InputMask:     []int32{1, 1, 1, 1, 1, 0, 0, 0},
+		SegmentIDs:    []int32{0, 0, 0, 0, 0, 0, 0, 0},
+		LabelID:       1,
+		IsRealExample: true,
+	}
+	checkFeatures(t, f, want)
+	// Truncated to max_seq_length - 2 tokens.
+	f, _ = c.Convert(InputExample{TextA: "a b c d e f g h", Label: "neg"})
+	checkFeatures(t, f, InputFeatures{
+		InputIDs:      []int32{2, 5, 6, 7, 8, 9, 10, 3},
+		InputMask:     []int32{1, 1, 1, 1, 1, 1, 1, 1},
+		SegmentIDs:    make([]int32, 8),
+		IsRealExample: true,
+	})
+}
+
+func TestConvertPairLongestFirst(t *testing.T) {
+	c := newConv(t, 9) // 6 tokens for a and b
+	cases := []struct{ a, b string }{
+		{"a b c d e f", "g h"},   // a 4, b 2
+		{"a b", "c d e f g h"},   // a 2, b 4
+		{"a b c d", "e f g h"},   // tie: b loses first -> a 3, b 3
+		{"a b c d e", "f g h"},   // a 3, b 3
+		{"a", "b c d e f g h a"}, // a 1, b 5
+	}
+	want := [][2][]int32{
+		{{5, 6, 7, 8}, {11, 12}},
+		{{5, 6}, {7, 8, 9, 10}},
+		{{5, 6, 7}, {9, 10, 11}},
+		{{5, 6, 7}, {10, 11, 12}},
+		{{5}, {6, 7, 8, 9, 10}},
+	}
+	for i, cs := range cases {
+		f, err := c.Convert(InputExample{TextA: cs.a, TextB: cs.b, Label: "neg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := append(append(append(append([]int32{2}, want[i][0]...), 3), want[i][1]...), 3)
+		segs := make([]int32, 9)
+		for j := 2 + len(want[i][0]); j < len(ids); j++ {
+			segs[j] = 1
+		}
+		mask := make([]int32, 9)
+		for j := range ids {
+			mask[j] = 1
+		}
+		ids = append(ids, make([]int32, 9-len(ids))...)
+		checkFeatures(t, f, InputFeatures{InputIDs: ids, InputMask: mask, SegmentIDs: segs, IsRealExample: true})
+	}
+}
+
+func checkFeatures(t *testing.T, got, want InputFeatures) {
+	t.Helper()
+	if !slices.Equal(got.InputIDs, want.InputIDs) || !slices.Equal(got.InputMask, want.InputMask) ||
+		!slices.Equal(got.SegmentIDs, want.SegmentIDs) || got.LabelID != want.LabelID || got.IsRealExample != want.IsRealExample {
+		t.Errorf("features\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestConvertLabels(t *testing.T) {
+	c := newConv(t, 8)
+	if _, err := c.Convert(InputExample{GUID: "f:3", TextA: "a", Label: "meh"}); err == nil || !strings.Contains(err.Error(), "f:3") {
+		t.Errorf("unknown label: %v, want an error naming the example", err)
+	}
+	f, err := c.Convert(InputExample{TextA: "a"})
+	if err != nil || f.LabelID != 0 {
+		t.Errorf("unlabelled: %v %v", f.LabelID, err)
+	}
+	l, err := SortedLabels([]string{"10", "2", "1", "2"})
+	if err != nil || !slices.Equal(l.Names(), []string{"1", "2", "10"}) {
+		t.Errorf("numeric labels sorted %v %v", l.Names(), err)
+	}
+	l, _ = SortedLabels([]string{"pos", "neg", "pos"})
+	if !slices.Equal(l.Names(), []string{"neg", "pos"}) {
+		t.Errorf("labels sorted %v", l.Names())
+	}
+	if _, err := NewLabels([]string{"a", "a"}); err == nil {
+		t.Error("duplicate label accepted")
+	}
+}
+
+func TestConvertBatchPads(t *testing.T) {
+	c := newConv(t, 5)
+	b, err := c.ConvertBatch([]InputExample{{GUID: "x", TextA: "a", Label: "pos"}, {GUID: "y", TextA: "b c", Label: "neg"}}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.InputIDs, []int32{2, 5, 3, 0, 0, 2, 6, 7, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) ||
+		!slices.Equal(b.InputMask, []int32{1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) ||
+		!slices.Equal(b.LabelIDs, []int32{1, 0, 0, 0}) || !slices.Equal(b.IsRealExample, []int32{1, 1, 0, 0}) ||
+		b.NumReal() != 2 || !slices.Equal(b.GUIDs, []string{"x", "y"}) {
+		t.Errorf("batch %+v", b)
+	}
+	if _, err := c.ConvertBatch(make([]InputExample, 5), 4); err == nil {
+		t.Error("5 examples in a batch of 4 accepted")
+	}
+}
+
+func writeFile(t testing.TB, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readAll(t testing.TB, path string, opts ReadOptions) ([]InputExample, Counts, error) {
+	t.Helper()
+	r, err := Open(path, opts)
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	defer r.Close()
+	var out []InputExample
+	for {
+		ex, err := r.Next()
+		if err == io.EOF {
+			return out, r.Counts(), nil
+		}
+		if err != nil {
+			return out, r.Counts(), err
+		}
+		out = append(out, ex)
+	}
+}
+
+func TestSeedReaderShards(t *testing.T) {
+	var body strings.Builder
+	const n = 103
+	for i := range n {
+		fmt.Fprintf(&body, "%d\ttext %d\twith a tab\n", i%2, i)
+	}
+	path := writeFile(t, "train.txt", body.String())
+	for _, size := range []int{1, 2, 3, 4} {
+		total := 0
+		for rank := range size {
+			exs, counts, err := readAll(t, path, ReadOptions{Rank: rank, Size: size})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, ex := range exs {
+				i := rank + j*size
+				want := InputExample{GUID: fmt.Sprintf("%s:%d", path, i+1), TextA: fmt.Sprintf("text %d\twith a tab", i), Label: fmt.Sprint(i % 2)}
+				if ex != want {
+					t.Fatalf("size %d rank %d example %d = %+v, want %+v", size, rank, j, ex, want)
+				}
+			}
+			if counts.Read != len(exs) || counts.Lines != n || counts.Skipped != 0 {
+				t.Errorf("size %d rank %d counts %+v, read %d", size, rank, counts, len(exs))
+			}
+			total += counts.Read
+		}
+		if total != n {
+			t.Errorf("size %d: ranks read %d examples, file has %d", size, total, n)
+		}
+	}
+	if _, err := Open(path, ReadOptions{Rank: 2, Size: 2}); err == nil {
+		t.Error("rank 2 of 2 accepted")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	labels, _ := NewLabels([]string{"0", "1"})
+	cases := []struct {
+		name, body, reason string
+		line               int
+	}{
+		{"notab", "0\tgood\n1 no tab here\n", "no tab", 2},
+		{"emptytext", "0\tgood\n1\t  \n", "empty text", 2},
+		{"emptylabel", "\ttext\n", "empty label", 1},
+		{"label", "0\tgood\n7\tbad label\n", `label "7" is not in the label list`, 2},
+		{"utf8", "0\tgood\n1\tbad \xff byte\n", "invalid UTF-8 at byte 6", 2},
+		{"crlf", "0\tgood\r\n", "CRLF", 1},
+		{"bom", "\ufeff0\tgood\n1\tok\n", "byte order mark", 1},
+		{"blank", "0\tgood\n\n1\tok\n", "blank line", 2},
+	}
+	for _, c := range cases {
+		path := writeFile(t, c.name+".txt", c.body)
+		_, _, err := readAll(t, path, ReadOptions{Labels: labels})
+		var le *LineError
+		if !errors.As(err, &le) || le.Path != path || le.Line != c.line || !strings.Contains(le.Reason, c.reason) {
+			t.Errorf("%s: err %v, want %s:%d: %s", c.name, err, path, c.line, c.reason)
+		}
+		if !strings.HasPrefix(err.Error(), fmt.Sprintf("%s:%d: ", path, c.line)) {
+			t.Errorf("%s: message %q does not start with file:line", c.name, err)
+		}
+		// Skipped and counted: over two ranks, read + skipped = data lines.
+		sum := 0
+		for rank := range 2 {
+			exs, counts, err := readAll(t, path, ReadOptions{Labels: labels, SkipBad: true, Rank: rank, Size: 2})
+			if err != nil {
+				t.Fatalf("%s: SkipBad: %v", c.name, err)
+			}
+			if counts.Read != len(exs) {
+				t.Errorf("%s: counts %+v but %d examples", c.name, counts, len(exs))
+			}
+			sum += counts.Read + counts.Skipped
+			if rank == (c.line-1)%2 && counts.Skipped != 1 {
+				t.Errorf("%s rank %d: skipped %d, want 1", c.name, rank, counts.Skipped)
+			}
+		}
+		if lines := strings.Count(c.body, "\n"); sum != lines {
+			t.Errorf("%s: read+skipped = %d over ranks, want %d lines", c.name, sum, lines)
+		}
+	}
+}
+
+func TestGLUEReader(t *testing.T) {
+	path := writeFile(t, "dev.tsv", "index\tquestion\tsentence\tlabel\n0\tWhat?\tThis.\tentailment\n1\tWho?\tHim.\tnot_entailment\n2\tWhy?\t\tentailment\n")
+	exs, counts, err := readAll(t, path, ReadOptions{Format: FormatGLUE, TextAColumn: "question", TextBColumn: "sentence", SkipBad: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []InputExample{
+		{GUID: path + ":2", TextA: "What?", TextB: "This.", Label: "entailment"},
+		{GUID: path + ":3", TextA: "Who?", TextB: "Him.", Label: "not_entailment"},
+	}
+	if !slices.Equal(exs, want) || counts != (Counts{Lines: 3, Read: 2, Skipped: 1}) {
+		t.Errorf("got %+v %+v", exs, counts)
+	}
+	_, _, err = readAll(t, path, ReadOptions{Format: FormatGLUE, TextAColumn: "premise"})
+	if err == nil || !strings.Contains(err.Error(), `no column "premise"`) || !strings.Contains(err.Error(), path+":1") {
+		t.Errorf("missing column: %v", err)
+	}
+	short := writeFile(t, "short.tsv", "sentence\tlabel\nhello\t1\nworld\n")
+	if _, _, err = readAll(t, short, ReadOptions{Format: FormatGLUE}); err == nil || !strings.Contains(err.Error(), short+":3: 1 tab-separated fields, the header has 2") {
+		t.Errorf("short row: %v", err)
+	}
+	test := writeFile(t, "test.tsv", "id\tsentence\n7\thello\n")
+	exs, _, err = readAll(t, test, ReadOptions{Format: FormatGLUE, Unlabelled: true})
+	if err != nil || len(exs) != 1 || exs[0].Label != "" || exs[0].TextA != "hello" {
+		t.Errorf("unlabelled: %+v %v", exs, err)
+	}
+	l, err := LabelsFromFile(path, ReadOptions{Format: FormatGLUE, TextAColumn: "question", SkipBad: true, Rank: 1, Size: 2})
+	if err != nil || !slices.Equal(l.Names(), []string{"entailment", "not_entailment"}) {
+		t.Errorf("LabelsFromFile: %v %v", l, err)
+	}
+}
+
+func TestStreamMatchesSequential(t *testing.T) {
+	c := newConv(t, 6)
+	var exs []InputExample
+	for i := range 1003 {
+		exs = append(exs, InputExample{GUID: fmt.Sprint(i), TextA: strings.Repeat("a b c ", 3)[:2*(i%5)+1], Label: []string{"neg", "pos"}[i%2]})
+	}
+	for _, drop := range []bool{false, true} {
+		s := c.Stream(&SliceSource{Examples: exs}, StreamOptions{BatchSize: 10, Workers: 4, DropRemainder: drop})
+		var got []*Batch
+		for {
+			b, err := s.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, b)
+		}
+		s.Close()
+		wantBatches := 101
+		if drop {
+			wantBatches = 100
+		}
+		if len(got) != wantBatches {
+			t.Fatalf("drop=%v: %d batches, want %d", drop, len(got), wantBatches)
+		}
+		for i, b := range got {
+			end := min(len(exs), (i+1)*10)
+			want, _ := c.ConvertBatch(exs[i*10:end], 10)
+			if !slices.Equal(b.InputIDs, want.InputIDs) || !slices.Equal(b.GUIDs, want.GUIDs) || !slices.Equal(b.IsRealExample, want.IsRealExample) || !slices.Equal(b.LabelIDs, want.LabelIDs) {
+				t.Fatalf("batch %d differs from sequential conversion", i)
+			}
+		}
+		if !drop && got[100].NumReal() != 3 {
+			t.Errorf("last batch has %d real examples, want 3", got[100].NumReal())
+		}
+	}
+}
+
+type failingSource struct{ n int }
+
+func (f *failingSource) Next() (InputExample, error) {
+	f.n++
+	if f.n > 25 {
+		return InputExample{}, errors.New("disk on fire")
+	}
+	return InputExample{TextA: "a", Label: "pos"}, nil
+}
+
+func TestStreamErrors(t *testing.T) {
+	c := newConv(t, 6)
+	s := c.Stream(&failingSource{}, StreamOptions{BatchSize: 10, Workers: 3})
+	defer s.Close()
+	for i := range 2 {
+		if _, err := s.Next(); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	// The 5 examples before the error are dropped with it: the error is what matters.
+	if _, err := s.Next(); err == nil || err.Error() != "disk on fire" {
+		t.Fatalf("third Next: %v, want the source's error", err)
+	}
+	bad := c.Stream(&SliceSource{Examples: []InputExample{{GUID: "g7", TextA: "a", Label: "nope"}}}, StreamOptions{BatchSize: 4})
+	defer bad.Close()
+	if _, err := bad.Next(); err == nil || !strings.Contains(err.Error(), "g7") {
+		t.Fatalf("conversion error: %v", err)
+	}
+	// Closing early does not hang.
+	early := c.Stream(&SliceSource{Examples: make([]InputExample, 10000)}, StreamOptions{BatchSize: 1, Workers: 2})
+	early.Close()
+}

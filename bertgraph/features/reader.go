@@ -1,0 +1,274 @@
+package features
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+)
+
+// Format is the layout of a text data file.
+type Format int
+
+const (
+	// FormatSeed is one example a line, `label<TAB>text`, no header (the format of the Horovod
+	// BERT recipe's train_bert.txt and of `make data`'s IMDB files). The text is everything after
+	// the first tab.
+	FormatSeed Format = iota
+	// FormatGLUE is tab-separated values with a header line naming the columns; ReadOptions say
+	// which columns hold the texts and the label. No quoting, as run_classifier's _read_tsv.
+	FormatGLUE
+)
+
+// ReadOptions configure a Reader.
+type ReadOptions struct {
+	Format Format
+	// Columns of FormatGLUE, by header name. TextBColumn "" means single-sequence examples;
+	// LabelColumn "" means unlabelled examples (predict). TextAColumn defaults to "sentence",
+	// LabelColumn to "label" unless Unlabelled is set.
+	TextAColumn, TextBColumn, LabelColumn string
+	// Unlabelled reads FormatGLUE without a label column.
+	Unlabelled bool
+	// Rank and Size shard the file: data line i (0-based, the header not counted) belongs to rank
+	// i % Size, as in the Horovod BERT recipe. Size 0 means 1.
+	Rank, Size int
+	// Labels, when set, makes a label outside the list bad input.
+	Labels *Labels
+	// SkipBad skips bad lines and counts them instead of failing on the first one.
+	SkipBad bool
+}
+
+// LineError is bad input: the file, the 1-based line number and what is wrong.
+type LineError struct {
+	Path   string
+	Line   int
+	Reason string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.Path, e.Line, e.Reason) }
+
+// Counts are what a Reader has seen so far. Over all ranks, the Read and Skipped counts add up
+// to Lines: every data line is either read or skipped by exactly one rank.
+type Counts struct {
+	// Lines: data lines of the whole file seen so far (every rank's), header excluded.
+	Lines int
+	// Read: examples this rank returned.
+	Read int
+	// Skipped: bad lines of this rank's share skipped under SkipBad.
+	Skipped int
+}
+
+// Reader streams the examples of one rank's share of a text data file. Every rank checks every
+// line, so bad input fails all ranks alike and at the same line rather than one rank alone.
+type Reader struct {
+	path   string
+	f      *os.File
+	br     *bufio.Reader
+	opts   ReadOptions
+	line   int // 1-based number of the last line read
+	counts Counts
+	// GLUE column indexes; -1 for absent.
+	nCols, colA, colB, colLabel int
+}
+
+// Open opens path for reading one rank's examples. A GLUE file's header is read and checked here.
+func Open(path string, opts ReadOptions) (*Reader, error) {
+	if opts.Size == 0 {
+		opts.Size = 1
+	}
+	if opts.Size < 0 || opts.Rank < 0 || opts.Rank >= opts.Size {
+		return nil, fmt.Errorf("features: rank %d of size %d is not a valid shard", opts.Rank, opts.Size)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("features: %w", err)
+	}
+	r := &Reader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<16), opts: opts, colA: -1, colB: -1, colLabel: -1}
+	if opts.Format == FormatGLUE {
+		if err := r.readHeader(); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Close closes the file.
+func (r *Reader) Close() error { return r.f.Close() }
+
+// Counts returns the counts so far; after io.EOF they are final.
+func (r *Reader) Counts() Counts { return r.counts }
+
+// Path is the file read.
+func (r *Reader) Path() string { return r.path }
+
+// Next returns this rank's next example, io.EOF after the last, or a *LineError for a bad line
+// (unless SkipBad). Read errors are returned as they are.
+func (r *Reader) Next() (InputExample, error) {
+	for {
+		raw, err := r.readLine()
+		if err != nil {
+			return InputExample{}, err
+		}
+		idx := r.counts.Lines
+		r.counts.Lines++
+		ex, reason := r.parse(raw)
+		mine := idx%r.opts.Size == r.opts.Rank
+		if reason != "" {
+			if !r.opts.SkipBad {
+				return InputExample{}, &LineError{Path: r.path, Line: r.line, Reason: reason}
+			}
+			if mine {
+				r.counts.Skipped++
+			}
+			continue
+		}
+		if mine {
+			r.counts.Read++
+			ex.GUID = fmt.Sprintf("%s:%d", r.path, r.line)
+			return ex, nil
+		}
+	}
+}
+
+// readLine returns the next line without its LF; io.EOF at the end. A final line without LF
+// counts as a line; a file ending in LF has no empty line after it.
+func (r *Reader) readLine() ([]byte, error) {
+	raw, err := r.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		// A line longer than the buffer: gather it.
+		long := append([]byte(nil), raw...)
+		for err == bufio.ErrBufferFull {
+			raw, err = r.br.ReadSlice('\n')
+			long = append(long, raw...)
+		}
+		raw = long
+	}
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("features: %s: line %d: %w", r.path, r.line+1, err)
+	}
+	if len(raw) == 0 && err == io.EOF {
+		return nil, io.EOF
+	}
+	r.line++
+	return bytes.TrimSuffix(raw, []byte{'\n'}), nil
+}
+
+// lineReason is what is wrong with a line as a whole, or "".
+func lineReason(raw []byte, lineNo int) string {
+	switch {
+	case lineNo == 1 && bytes.HasPrefix(raw, []byte("\ufeff")):
+		return "starts with a UTF-8 byte order mark (U+FEFF); save the file without BOM"
+	case bytes.HasSuffix(raw, []byte{'\r'}):
+		return "ends with CR: CRLF line endings; convert the file to LF endings"
+	case len(bytes.TrimSpace(raw)) == 0:
+		return "blank line"
+	case !utf8.Valid(raw):
+		return fmt.Sprintf("invalid UTF-8 at byte %d of the line", validPrefixLen(raw))
+	}
+	return ""
+}
+
+func validPrefixLen(b []byte) int {
+	n := 0
+	for n < len(b) {
+		r, size := utf8.DecodeRune(b[n:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		n += size
+	}
+	return n
+}
+
+// parse returns the example of a data line, or why the line is bad.
+func (r *Reader) parse(raw []byte) (InputExample, string) {
+	if reason := lineReason(raw, r.line); reason != "" {
+		return InputExample{}, reason
+	}
+	var ex InputExample
+	if r.opts.Format == FormatSeed {
+		label, text, ok := bytes.Cut(raw, []byte{'\t'})
+		if !ok {
+			return ex, "no tab: expected `label<TAB>text`"
+		}
+		ex = InputExample{Label: string(label), TextA: string(text)}
+		if ex.Label == "" {
+			return ex, "empty label"
+		}
+	} else {
+		fields := strings.Split(string(raw), "\t")
+		if len(fields) != r.nCols {
+			return ex, fmt.Sprintf("%d tab-separated fields, the header has %d", len(fields), r.nCols)
+		}
+		ex = InputExample{TextA: fields[r.colA]}
+		if r.colB >= 0 {
+			ex.TextB = fields[r.colB]
+			if strings.TrimSpace(ex.TextB) == "" {
+				return ex, "empty text_b"
+			}
+		}
+		if r.colLabel >= 0 {
+			ex.Label = fields[r.colLabel]
+			if ex.Label == "" {
+				return ex, "empty label"
+			}
+		}
+	}
+	if strings.TrimSpace(ex.TextA) == "" {
+		return ex, "empty text"
+	}
+	if r.opts.Labels != nil && ex.Label != "" {
+		if _, ok := r.opts.Labels.ID(ex.Label); !ok {
+			return ex, fmt.Sprintf("label %q is not in the label list %q", ex.Label, r.opts.Labels.names)
+		}
+	}
+	return ex, ""
+}
+
+func (r *Reader) readHeader() error {
+	raw, err := r.readLine()
+	if err == io.EOF {
+		return fmt.Errorf("features: %s: empty file: expected a header line", r.path)
+	}
+	if err != nil {
+		return err
+	}
+	if reason := lineReason(raw, 1); reason != "" {
+		return &LineError{Path: r.path, Line: 1, Reason: "header " + reason}
+	}
+	cols := strings.Split(string(raw), "\t")
+	r.nCols = len(cols)
+	o := r.opts
+	if o.TextAColumn == "" {
+		o.TextAColumn = "sentence"
+	}
+	if o.LabelColumn == "" && !o.Unlabelled {
+		o.LabelColumn = "label"
+	}
+	find := func(name string) (int, error) {
+		for i, c := range cols {
+			if c == name {
+				return i, nil
+			}
+		}
+		return -1, &LineError{Path: r.path, Line: 1, Reason: fmt.Sprintf("header has no column %q (columns: %q)", name, cols)}
+	}
+	var errs []error
+	var e error
+	r.colA, e = find(o.TextAColumn)
+	errs = append(errs, e)
+	if o.TextBColumn != "" {
+		r.colB, e = find(o.TextBColumn)
+		errs = append(errs, e)
+	}
+	if !o.Unlabelled {
+		r.colLabel, e = find(o.LabelColumn)
+		errs = append(errs, e)
+	}
+	return errors.Join(errs...)
+}

