@@ -79,7 +79,7 @@ func defaultTask() Config {
 }
 
 const (
-	defaultSavedModel   = ".cache/model/minilm-imdb-128"
+	defaultSavedModel   = ".cache/model/imdb_minilm"
 	defaultMaxSeqLength = 128
 )
 

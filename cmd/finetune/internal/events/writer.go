@@ -1,0 +1,137 @@
+// Package events writes TensorBoard event files: tensorflow.Event protocol buffers framed as
+// TFRecords (package tfrecord's Writer), the format of tf.summary's FileWriter, so that
+// TensorBoard and tf.compat.v1.train.summary_iterator read the training curves of a run.
+package events
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+)
+
+// fileVersion is the first event of every file; TensorBoard checks it.
+const fileVersion = "brain.Event:2"
+
+// Field numbers of tensorflow.Event, Summary and Summary.Value (tensorflow/core/util/event.proto,
+// tensorflow/core/framework/summary.proto).
+const (
+	eventWallTime    protowire.Number = 1
+	eventStep        protowire.Number = 2
+	eventFileVersion protowire.Number = 3
+	eventSummary     protowire.Number = 5
+	summaryValue     protowire.Number = 1
+	valueTag         protowire.Number = 1
+	valueSimpleValue protowire.Number = 2
+)
+
+// Writer appends events to one file. It is not safe for concurrent use.
+type Writer struct {
+	path string
+	f    *os.File
+	buf  *bufio.Writer
+	rec  *tfrecord.Writer
+	now  func() time.Time
+	ev   []byte // reused encoding buffer
+}
+
+// Create starts a new event file in dir, named events.out.tfevents.<unix time>.<host> as
+// TensorFlow names them, and writes its file_version event.
+func Create(dir string) (*Writer, error) {
+	return create(dir, time.Now)
+}
+
+func create(dir string, now func() time.Time) (*Writer, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	path := filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s", now().Unix(), host))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	buf := bufio.NewWriter(f)
+	w := &Writer{path: path, f: f, buf: buf, rec: tfrecord.NewWriter(buf), now: now}
+	w.ev = w.header(0)
+	w.ev = protowire.AppendTag(w.ev, eventFileVersion, protowire.BytesType)
+	w.ev = protowire.AppendString(w.ev, fileVersion)
+	if err := w.emit(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Path is the event file's path.
+func (w *Writer) Path() string { return w.path }
+
+func (w *Writer) header(step int64) []byte {
+	b := w.ev[:0]
+	b = protowire.AppendTag(b, eventWallTime, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, math.Float64bits(unixSeconds(w.now())))
+	if step != 0 {
+		b = protowire.AppendTag(b, eventStep, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(step))
+	}
+	return b
+}
+
+// Scalars writes one event at step holding a scalar summary per tag (tags sorted, so files are
+// reproducible), and flushes it to the operating system: a killed run loses no written step.
+func (w *Writer) Scalars(step int64, values map[string]float64) error {
+	tags := make([]string, 0, len(values))
+	for t := range values {
+		tags = append(tags, t)
+	}
+	sort.Strings(tags)
+	var summary []byte
+	for _, t := range tags {
+		var v []byte
+		v = protowire.AppendTag(v, valueTag, protowire.BytesType)
+		v = protowire.AppendString(v, t)
+		v = protowire.AppendTag(v, valueSimpleValue, protowire.Fixed32Type)
+		v = protowire.AppendFixed32(v, math.Float32bits(float32(values[t])))
+		summary = protowire.AppendTag(summary, summaryValue, protowire.BytesType)
+		summary = protowire.AppendBytes(summary, v)
+	}
+	w.ev = w.header(step)
+	w.ev = protowire.AppendTag(w.ev, eventSummary, protowire.BytesType)
+	w.ev = protowire.AppendBytes(w.ev, summary)
+	return w.emit()
+}
+
+func (w *Writer) emit() error {
+	if err := w.rec.Write(w.ev); err != nil {
+		return fmt.Errorf("events: %s: %w", w.path, err)
+	}
+	if err := w.buf.Flush(); err != nil {
+		return fmt.Errorf("events: %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// Close flushes and closes the file.
+func (w *Writer) Close() error {
+	if w.f == nil {
+		return nil
+	}
+	err := w.buf.Flush()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f = nil
+	if err != nil {
+		return fmt.Errorf("events: %s: %w", w.path, err)
+	}
+	return nil
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.Unix()) + float64(t.Nanosecond())/1e9 }

@@ -1,0 +1,69 @@
+package events
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+)
+
+// TensorFlow's own reader must see the file version, then every step with its tags and values.
+func TestSummaryIteratorReadsOurEvents(t *testing.T) {
+	dir := t.TempDir()
+	clock := time.Unix(1_700_000_000, 250_000_000)
+	w, err := create(dir, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(w.Path()), "events.out.tfevents.1700000000.") {
+		t.Fatalf("file name %s", w.Path())
+	}
+	for step := int64(1); step <= 3; step++ {
+		clock = clock.Add(time.Second)
+		if err := w.Scalars(step, map[string]float64{"loss": 1 / float64(step), "learning_rate": 1e-5 * float64(step),
+			"global_norm": math.Sqrt(float64(step)), "examples_per_sec": 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := testenv.Python(t, `
+import json, sys
+import tensorflow as tf
+events = []
+for e in tf.compat.v1.train.summary_iterator(sys.argv[1]):
+    events.append({"wall_time": e.wall_time, "step": e.step, "file_version": e.file_version,
+                   "values": {v.tag: v.simple_value for v in e.summary.value}})
+print(json.dumps(events))
+`, w.Path())
+	var got []struct {
+		WallTime    float64 `json:"wall_time"`
+		Step        int64
+		FileVersion string `json:"file_version"`
+		Values      map[string]float64
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(got) != 4 || got[0].FileVersion != "brain.Event:2" || math.Abs(got[0].WallTime-1_700_000_000.25) > 1e-6 {
+		t.Fatalf("events %+v", got)
+	}
+	for i, e := range got[1:] {
+		step := int64(i + 1)
+		want := map[string]float64{"loss": 1 / float64(step), "learning_rate": 1e-5 * float64(step),
+			"global_norm": math.Sqrt(float64(step)), "examples_per_sec": 100}
+		if e.Step != step || math.Abs(e.WallTime-1_700_000_000.25-float64(step)) > 1e-6 || len(e.Values) != len(want) {
+			t.Fatalf("event %d: %+v", step, e)
+		}
+		for tag, v := range want {
+			if float32(e.Values[tag]) != float32(v) { // simple_value is a float32
+				t.Errorf("step %d %s = %v, want %v", step, tag, e.Values[tag], v)
+			}
+		}
+	}
+}
