@@ -14,7 +14,7 @@ type Batch struct {
 	// PaddingInputExample: all-zero features, label 0) that fills the last eval/predict batch;
 	// metrics weight examples by it.
 	IsRealExample []int32 // [BatchSize]
-	// GUIDs of the real examples, in order; padding examples have none.
+	// GUIDs of the real examples, in order, when known (text input); padding examples have none.
 	GUIDs []string
 }
 
@@ -33,7 +33,13 @@ func NewBatch(batchSize, seqLength int) *Batch {
 }
 
 // NumReal is the number of real examples.
-func (b *Batch) NumReal() int { return len(b.GUIDs) }
+func (b *Batch) NumReal() int {
+	n := 0
+	for _, r := range b.IsRealExample {
+		n += int(r)
+	}
+	return n
+}
 
 // Row returns example i's features (views into the batch).
 func (b *Batch) Row(i int) InputFeatures {

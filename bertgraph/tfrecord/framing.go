@@ -1,0 +1,119 @@
+package tfrecord
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maskedCRC is TFRecord's checksum: CRC32C, rotated and offset so that a CRC of data that itself
+// contains CRCs stays well distributed.
+func maskedCRC(b []byte) uint32 {
+	c := crc32.Checksum(b, castagnoli)
+	return (c>>15 | c<<17) + 0xa282ead8
+}
+
+// Writer frames records onto an io.Writer. It does not buffer: give it a *bufio.Writer for
+// many small records and flush that at the end.
+type Writer struct {
+	w      io.Writer
+	header [12]byte
+}
+
+// NewWriter returns a Writer appending to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write appends one record.
+func (w *Writer) Write(record []byte) error {
+	binary.LittleEndian.PutUint64(w.header[:8], uint64(len(record)))
+	binary.LittleEndian.PutUint32(w.header[8:], maskedCRC(w.header[:8]))
+	var footer [4]byte
+	binary.LittleEndian.PutUint32(footer[:], maskedCRC(record))
+	for _, b := range [][]byte{w.header[:], record, footer[:]} {
+		if _, err := w.w.Write(b); err != nil {
+			return fmt.Errorf("tfrecord: writing record: %w", err)
+		}
+	}
+	return nil
+}
+
+// CorruptError is a malformed record: the file, the byte offset where the record starts, and
+// what is wrong.
+type CorruptError struct {
+	Path   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("tfrecord: %s: record at byte offset %d: %s", e.Path, e.Offset, e.Reason)
+}
+
+// maxRecordBytes bounds a record's declared length, so a corrupt length whose CRC happens to
+// match cannot make the reader allocate without limit.
+const maxRecordBytes = 1 << 31
+
+// Reader reads framed records, checking both checksums.
+type Reader struct {
+	r      *bufio.Reader
+	path   string
+	offset int64
+	buf    []byte
+}
+
+// NewReader reads records from r; path names it in errors.
+func NewReader(r io.Reader, path string) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, 1<<16), path: path}
+}
+
+// Offset is the byte offset of the next record.
+func (r *Reader) Offset() int64 { return r.offset }
+
+// Next returns the next record's data, valid until the following call; io.EOF after the last
+// record; a *CorruptError for a bad checksum or a truncated record.
+func (r *Reader) Next() ([]byte, error) {
+	var header [12]byte
+	n, err := io.ReadFull(r.r, header[:])
+	if err == io.EOF {
+		return nil, io.EOF
+	}
+	if err != nil {
+		return nil, r.readError(err, fmt.Sprintf("truncated header: %d of 12 bytes", n))
+	}
+	if got, want := binary.LittleEndian.Uint32(header[8:]), maskedCRC(header[:8]); got != want {
+		return nil, r.corrupt(fmt.Sprintf("length checksum mismatch (stored %#08x, computed %#08x)", got, want))
+	}
+	length := binary.LittleEndian.Uint64(header[:8])
+	if length > maxRecordBytes {
+		return nil, r.corrupt(fmt.Sprintf("record length %d exceeds %d bytes", length, maxRecordBytes))
+	}
+	if cap(r.buf) < int(length)+4 {
+		r.buf = make([]byte, int(length)+4)
+	}
+	body := r.buf[:int(length)+4]
+	if n, err := io.ReadFull(r.r, body); err != nil {
+		return nil, r.readError(err, fmt.Sprintf("truncated record: %d of %d data+checksum bytes", n, len(body)))
+	}
+	data := body[:length]
+	if got, want := binary.LittleEndian.Uint32(body[length:]), maskedCRC(data); got != want {
+		return nil, r.corrupt(fmt.Sprintf("data checksum mismatch (stored %#08x, computed %#08x)", got, want))
+	}
+	r.offset += 12 + int64(length) + 4
+	return data, nil
+}
+
+func (r *Reader) corrupt(reason string) error {
+	return &CorruptError{Path: r.path, Offset: r.offset, Reason: reason}
+}
+
+func (r *Reader) readError(err error, truncated string) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return r.corrupt(truncated)
+	}
+	return fmt.Errorf("tfrecord: %s: reading record at byte offset %d: %w", r.path, r.offset, err)
+}

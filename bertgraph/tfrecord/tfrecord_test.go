@@ -1,0 +1,387 @@
+package tfrecord
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/datatests"
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+func TestMaskedCRC(t *testing.T) {
+	// CRC-32C's standard check value, then the mask TFRecord applies to it.
+	c := crc32.Checksum([]byte("123456789"), castagnoli)
+	if c != 0xE3069283 {
+		t.Fatalf("crc32c(123456789) = %#x", c)
+	}
+	if got, want := maskedCRC([]byte("123456789")), (c>>15|c<<17)+0xa282ead8; got != want {
+		t.Fatalf("masked = %#x, want %#x", got, want)
+	}
+}
+
+func writeRecords(t *testing.T, recs [][]byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	for _, r := range recs {
+		if err := w.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func TestFramingRoundTripAndCorruption(t *testing.T) {
+	recs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 100000)}
+	file := writeRecords(t, recs)
+	if len(file) != 3*16+5+100000 {
+		t.Fatalf("file is %d bytes", len(file))
+	}
+	r := NewReader(bytes.NewReader(file), "x.tfrecord")
+	for i, want := range recs {
+		got, err := r.Next()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("record %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("after the last record: %v", err)
+	}
+	second := int64(16 + 5) // offset of the second record
+	third := second + 16
+	for _, c := range []struct {
+		name   string
+		mangle func([]byte) []byte
+		offset int64
+		reason string
+	}{
+		{"data", func(b []byte) []byte { b[third+12+500] ^= 1; return b }, third, "data checksum mismatch"},
+		{"length", func(b []byte) []byte { b[second] = 9; return b }, second, "length checksum mismatch"},
+		{"lengthcrc", func(b []byte) []byte { b[second+9] ^= 0x40; return b }, second, "length checksum mismatch"},
+		{"footer", func(b []byte) []byte { b[second+13] ^= 1; return b }, second, "data checksum mismatch"},
+		{"truncated data", func(b []byte) []byte { return b[:third+12+99] }, third, "truncated record"},
+		{"truncated header", func(b []byte) []byte { return b[:second+7] }, second, "truncated header"},
+	} {
+		bad := c.mangle(slices.Clone(file))
+		r := NewReader(bytes.NewReader(bad), "bad.tfrecord")
+		var err error
+		for err == nil {
+			_, err = r.Next()
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Offset != c.offset || ce.Path != "bad.tfrecord" || !strings.Contains(ce.Reason, c.reason) {
+			t.Errorf("%s: %v, want a corruption at offset %d: %s", c.name, err, c.offset, c.reason)
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("bad.tfrecord: record at byte offset %d", c.offset)) {
+			t.Errorf("%s: message %q", c.name, err)
+		}
+	}
+}
+
+func TestExampleRoundTrip(t *testing.T) {
+	in := map[string][]int64{"a": {1, -1, 1 << 40, 0}, "b": {}, "c": {-9223372036854775808}}
+	b := EncodeExample(in)
+	if !bytes.Equal(b, EncodeExample(in)) {
+		t.Fatal("encoding is not deterministic")
+	}
+	out, err := DecodeExample(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 3 || !slices.Equal(out["a"], in["a"]) || len(out["b"]) != 0 || !slices.Equal(out["c"], in["c"]) {
+		t.Fatalf("decoded %v", out)
+	}
+	if _, err := DecodeExample(b[:len(b)-1]); err == nil {
+		t.Error("truncated Example decoded")
+	}
+	// A float_list feature: Example{features{feature{key: "f" value{float_list{value: [1.0]}}}}}.
+	msg := func(num protowire.Number, payload []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), payload)
+	}
+	floatList := msg(1, []byte{0, 0, 0x80, 0x3f})
+	entry := append(msg(1, []byte("f")), msg(2, msg(2, floatList))...)
+	floatEx := msg(1, msg(1, entry))
+	if _, err := DecodeExample(floatEx); err == nil || !strings.Contains(err.Error(), `feature "f" is a float_list`) {
+		t.Errorf("float feature: %v", err)
+	}
+}
+
+func randomFeatures(rng *rand.Rand, seq int) features.InputFeatures {
+	f := features.InputFeatures{InputIDs: make([]int32, seq), InputMask: make([]int32, seq), SegmentIDs: make([]int32, seq),
+		LabelID: int32(rng.IntN(3)), IsRealExample: rng.IntN(2) == 1}
+	used := 2 + rng.IntN(seq-1)
+	for i := range used {
+		f.InputIDs[i] = int32(rng.IntN(30522))
+		f.InputMask[i] = 1
+		f.SegmentIDs[i] = int32(i * 2 / used)
+	}
+	return f
+}
+
+func sameFeatures(a, b features.InputFeatures) bool {
+	return slices.Equal(a.InputIDs, b.InputIDs) && slices.Equal(a.InputMask, b.InputMask) &&
+		slices.Equal(a.SegmentIDs, b.SegmentIDs) && a.LabelID == b.LabelID && a.IsRealExample == b.IsRealExample
+}
+
+func TestFeaturesRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	f := randomFeatures(rng, 16)
+	got, err := DecodeFeatures(EncodeFeatures(f), 16)
+	if err != nil || !sameFeatures(got, f) {
+		t.Fatalf("%+v %v, want %+v", got, err, f)
+	}
+	if _, err := DecodeFeatures(EncodeFeatures(f), 17); err == nil || !strings.Contains(err.Error(), `"input_ids" has 16 values, want max_seq_length 17`) {
+		t.Errorf("wrong length: %v", err)
+	}
+	if _, err := DecodeFeatures(EncodeExample(map[string][]int64{"input_ids": make([]int64, 4)}), 4); err == nil || !strings.Contains(err.Error(), "input_mask") {
+		t.Errorf("missing feature: %v", err)
+	}
+}
+
+// pyRecord is a record as tfrecord_ref.py prints it.
+type pyRecord struct {
+	InputIDs      []int32 `json:"input_ids"`
+	InputMask     []int32 `json:"input_mask"`
+	SegmentIDs    []int32 `json:"segment_ids"`
+	LabelIDs      int32   `json:"label_ids"`
+	IsRealExample int32   `json:"is_real_example"`
+}
+
+func (p pyRecord) features() features.InputFeatures {
+	return features.InputFeatures{InputIDs: p.InputIDs, InputMask: p.InputMask, SegmentIDs: p.SegmentIDs, LabelID: p.LabelIDs, IsRealExample: p.IsRealExample == 1}
+}
+
+// TensorFlow parses the records we write, values equal.
+func TestTFDataReadsOurRecords(t *testing.T) {
+	const seq, n = 32, 300
+	rng := rand.New(rand.NewPCG(3, 4))
+	path := filepath.Join(t.TempDir(), "train.tf_record")
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	var want []features.InputFeatures
+	for range n {
+		f := randomFeatures(rng, seq)
+		want = append(want, f)
+		if err := w.Write(EncodeFeatures(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []pyRecord
+	if err := json.Unmarshal(datatests.RunPython(t, nil, "tfrecord_ref.py", "read", path, fmt.Sprint(seq)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("tf.data read %d records, we wrote %d", len(got), n)
+	}
+	for i := range got {
+		if !sameFeatures(got[i].features(), want[i]) {
+			t.Fatalf("record %d: tf.data read %+v, we wrote %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// We read the records TensorFlow writes, values equal.
+func TestWeReadTFRecordsFromPython(t *testing.T) {
+	const seq, n = 24, 200
+	path := filepath.Join(t.TempDir(), "py.tf_record")
+	var want []pyRecord
+	if err := json.Unmarshal(datatests.RunPython(t, nil, "tfrecord_ref.py", "write", path, fmt.Sprint(seq), fmt.Sprint(n)), &want); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDataset([]string{path}, DatasetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i := range n {
+		rec, err := d.Next()
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		f, err := DecodeFeatures(rec.Data, seq)
+		if err != nil || !sameFeatures(f, want[i].features()) {
+			t.Fatalf("record %d: %+v %v, TensorFlow wrote %+v", i, f, err, want[i])
+		}
+	}
+	if _, err := d.Next(); err != io.EOF {
+		t.Fatalf("after %d records: %v", n, err)
+	}
+}
+
+func writeIndexed(t *testing.T, dir string, files, perFile int) []string {
+	t.Helper()
+	var paths []string
+	k := 0
+	for f := range files {
+		var recs [][]byte
+		for range perFile {
+			recs = append(recs, []byte(fmt.Sprint(k)))
+			k++
+		}
+		p := filepath.Join(dir, fmt.Sprintf("part-%d.tf_record", f))
+		if err := os.WriteFile(p, writeRecords(t, recs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	return paths
+}
+
+func take(t *testing.T, d *Dataset, n int) []int {
+	t.Helper()
+	var out []int
+	for range n {
+		rec, err := d.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k int
+		fmt.Sscan(string(rec.Data), &k)
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestDatasetShardShuffleRepeat(t *testing.T) {
+	paths := writeIndexed(t, t.TempDir(), 3, 34) // records 0..101 over three files
+	const total = 102
+	// Sharding: rank r gets records r, r+size, ... across file boundaries.
+	seen := map[int]bool{}
+	for rank := range 3 {
+		d, err := OpenDataset(paths, DatasetOptions{Rank: rank, Size: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := take(t, d, total/3)
+		for i, k := range got {
+			if k != rank+3*i {
+				t.Fatalf("rank %d record %d = %d, want %d", rank, i, k, rank+3*i)
+			}
+			seen[k] = true
+		}
+		if _, err := d.Next(); err != io.EOF {
+			t.Fatalf("rank %d: %v after its shard", rank, err)
+		}
+		d.Close()
+	}
+	if len(seen) != total {
+		t.Fatalf("ranks saw %d distinct records of %d", len(seen), total)
+	}
+	// Shuffle + repeat: each epoch is a permutation of the shard, differs between epochs, is the
+	// same for the same seed, and an element leaves the buffer no earlier than its index allows.
+	const buffer = 8
+	opts := DatasetOptions{Rank: 1, Size: 2, ShuffleBuffer: buffer, Seed: 42, Repeat: true}
+	d, _ := OpenDataset(paths, opts)
+	defer d.Close()
+	shard := total / 2
+	e0, e1 := take(t, d, shard), take(t, d, shard)
+	if d.Epoch() != 1 {
+		t.Errorf("epoch %d after two passes' worth", d.Epoch())
+	}
+	for _, e := range [][]int{e0, e1} {
+		s := slices.Sorted(slices.Values(e))
+		for i, k := range s {
+			if k != 1+2*i {
+				t.Fatalf("an epoch is not a permutation of the shard: %v", s)
+			}
+		}
+		for pos, k := range e {
+			if idx := (k - 1) / 2; pos < idx-(buffer-1) {
+				t.Fatalf("record index %d emitted at %d, before it can enter a buffer of %d", idx, pos, buffer)
+			}
+		}
+	}
+	if slices.Equal(e0, e1) || slices.IsSorted(e0) {
+		t.Errorf("epochs not reshuffled: %v / %v", e0, e1)
+	}
+	again, _ := OpenDataset(paths, opts)
+	defer again.Close()
+	if !slices.Equal(take(t, again, shard), e0) {
+		t.Error("same seed, different order")
+	}
+	opts.Seed = 43
+	other, _ := OpenDataset(paths, opts)
+	defer other.Close()
+	if slices.Equal(take(t, other, shard), e0) {
+		t.Error("different seed, same order")
+	}
+	// Repeating an empty shard is an error, not a hang.
+	empty := writeIndexed(t, t.TempDir(), 1, 1)
+	d2, _ := OpenDataset(empty, DatasetOptions{Rank: 1, Size: 2, Repeat: true})
+	defer d2.Close()
+	if _, err := d2.Next(); err == nil || !strings.Contains(err.Error(), "empty shard") {
+		t.Errorf("empty shard: %v", err)
+	}
+}
+
+func TestDatasetBatches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	var want []features.InputFeatures
+	for range 7 {
+		f := randomFeatures(rng, 8)
+		f.IsRealExample = true
+		want = append(want, f)
+		w.Write(EncodeFeatures(f))
+	}
+	path := filepath.Join(t.TempDir(), "eval.tf_record")
+	os.WriteFile(path, buf.Bytes(), 0o644)
+	for _, drop := range []bool{false, true} {
+		d, _ := OpenDataset([]string{path}, DatasetOptions{})
+		var batches []*features.Batch
+		for {
+			b, err := d.NextBatch(3, 8, drop)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, b)
+		}
+		d.Close()
+		if n := map[bool]int{false: 3, true: 2}[drop]; len(batches) != n {
+			t.Fatalf("drop=%v: %d batches, want %d", drop, len(batches), n)
+		}
+		for i, b := range batches {
+			for j := range 3 {
+				if k := 3*i + j; k < len(want) {
+					if !sameFeatures(b.Row(j), want[k]) {
+						t.Fatalf("batch %d row %d differs", i, j)
+					}
+				} else if b.IsRealExample[j] != 0 || b.InputMask[j*8] != 0 {
+					t.Fatalf("batch %d row %d should be padding", i, j)
+				}
+			}
+		}
+		if !drop && (batches[2].NumReal() != 1 || len(batches[2].GUIDs) != 1) {
+			t.Errorf("last batch: %d real, guids %v", batches[2].NumReal(), batches[2].GUIDs)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "short.tf_record")
+	os.WriteFile(bad, buf.Bytes()[:len(buf.Bytes())-3], 0o644)
+	d, _ := OpenDataset([]string{bad}, DatasetOptions{})
+	defer d.Close()
+	var err error
+	for err == nil {
+		_, err = d.NextBatch(2, 8, false)
+	}
+	if !strings.Contains(err.Error(), bad+": record at byte offset") {
+		t.Errorf("truncated file: %v", err)
+	}
+}
