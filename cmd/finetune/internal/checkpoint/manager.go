@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
 )
 
 // StateFile is the name of TensorFlow's checkpoint state file.
@@ -203,7 +205,7 @@ func moveCheckpoint(tmpDir, rel, dir string) error {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	return syncFile(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // sweep applies keep_checkpoint_max and keep_checkpoint_every_n_hours as
@@ -250,7 +252,7 @@ func (m *Manager) writeState() error {
 		fmt.Fprintf(&b, "all_model_checkpoint_timestamps: %s\n", strconv.FormatFloat(e.time, 'f', -1, 64))
 	}
 	fmt.Fprintf(&b, "last_preserved_timestamp: %s\n", strconv.FormatFloat(m.lastPreserved, 'f', -1, 64))
-	return writeFileAtomic(filepath.Join(m.dir, StateFile), []byte(b.String()))
+	return atomicfile.Write(filepath.Join(m.dir, StateFile), []byte(b.String()))
 }
 
 type state struct {
@@ -315,30 +317,6 @@ func readState(path string) (state, error) {
 		return state{}, fmt.Errorf("checkpoint: %s has no model_checkpoint_path", path)
 	}
 	return st, nil
-}
-
-// writeFileAtomic writes data to a temporary file beside path, syncs it and renames it over path.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("checkpoint: writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return syncFile(filepath.Dir(path))
 }
 
 func syncFile(path string) error {

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
+)
+
+// evalResult is what run_classifier writes to eval_results.txt.
+type evalResult struct {
+	Accuracy   float64 // correct / real examples
+	Loss       float64 // mean loss over the real examples (eval_loss)
+	BatchLoss  float64 // mean over eval batches of each batch's mean loss (Estimator's `loss`)
+	GlobalStep int64
+	Examples   int // real examples evaluated (logged, not written: run_classifier does not)
+}
+
+// writeEvalResults writes eval_results.txt as run_classifier does: `key = value` lines sorted by
+// key, floats as Python prints a numpy float32. The file is replaced atomically.
+func writeEvalResults(path string, r evalResult) error {
+	lines := []string{
+		"eval_accuracy = " + pyFloat32(r.Accuracy),
+		"eval_loss = " + pyFloat32(r.Loss),
+		"global_step = " + strconv.FormatInt(r.GlobalStep, 10),
+		"loss = " + pyFloat32(r.BatchLoss),
+	}
+	return atomicfile.Write(path, []byte(strings.Join(lines, "\n")+"\n"))
+}
+
+// pyFloat32 formats v as Python's str() of a numpy float32: the shortest digits that read back
+// as the same float32, with ".0" on integral values.
+func pyFloat32(v float64) string {
+	s := strconv.FormatFloat(float64(float32(v)), 'g', -1, 32)
+	if !strings.ContainsAny(s, ".eIN") {
+		s += ".0"
+	}
+	return s
+}
+
+// testResultsWriter streams test_results.tsv: one line of tab-separated class probabilities per
+// real example, in input order, as run_classifier's predict output. Rows become visible only at
+// Close, by rename.
+type testResultsWriter struct {
+	f    *atomicfile.File
+	rows int
+}
+
+func createTestResults(path string) (*testResultsWriter, error) {
+	f, err := atomicfile.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &testResultsWriter{f: f}, nil
+}
+
+// Write appends the rows of probs ([n*numLabels], row-major) for the first n examples.
+func (t *testResultsWriter) Write(probs []float32, n, numLabels int) error {
+	if len(probs) < n*numLabels {
+		return fmt.Errorf("test results: %d probabilities for %d examples of %d labels", len(probs), n, numLabels)
+	}
+	for i := range n {
+		for j := range numLabels {
+			if j > 0 {
+				t.f.WriteByte('\t')
+			}
+			t.f.WriteString(pyFloat32(float64(probs[i*numLabels+j])))
+		}
+		if err := t.f.WriteByte('\n'); err != nil {
+			return fmt.Errorf("test results: %w", err)
+		}
+	}
+	t.rows += n
+	return nil
+}
+
+// Close makes the file visible under its name.
+func (t *testResultsWriter) Close() error { return t.f.Commit() }
+
+// Abort discards what was written.
+func (t *testResultsWriter) Abort() { t.f.Abort() }

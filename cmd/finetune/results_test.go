@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+)
+
+// Our float formatting must be Python's str(numpy.float32(x)) for the values these files hold.
+func TestPyFloat32MatchesNumpy(t *testing.T) {
+	values := []float32{0, 1, 0.5, 0.1, 1e-5, 1.2345678e-7, 0.99999994, 0.8125, 0.33333334, 3, 0.00012345}
+	var args []string
+	var got []string
+	for _, v := range values {
+		args = append(args, pyFloat32(float64(v)))
+		got = append(got, pyFloat32(float64(v)))
+	}
+	out := testenv.Python(t, `
+import sys, numpy as np
+print("\n".join(str(np.float32(a)) for a in sys.argv[1:]))
+`, args...)
+	want := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := range values {
+		if got[i] != want[i] {
+			t.Errorf("%v: ours %q, numpy %q", values[i], got[i], want[i])
+		}
+	}
+}
+
+func TestEvalAndTestResultFiles(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "eval_results.txt")
+	if err := writeEvalResults(p, evalResult{Accuracy: 0.875, Loss: 0.3, BatchLoss: 0.31, GlobalStep: 120}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if want := "eval_accuracy = 0.875\neval_loss = 0.3\nglobal_step = 120\nloss = 0.31\n"; string(b) != want {
+		t.Fatalf("eval_results.txt:\n%s\nwant\n%s", b, want)
+	}
+	tp := filepath.Join(dir, "test_results.tsv")
+	w, err := createTestResults(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A padded last batch: 3 rows given, 2 real.
+	if err := w.Write([]float32{0.25, 0.75, 1, 0, 0.5, 0.5}, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tp); !os.IsNotExist(err) {
+		t.Fatal("test_results.tsv visible before Close")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(tp)
+	if string(b) != "0.25\t0.75\n1.0\t0.0\n" {
+		t.Fatalf("test_results.tsv %q", b)
+	}
+}
