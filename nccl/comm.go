@@ -59,8 +59,9 @@ func (c *Comm) Size() int { return c.size }
 // Rank is this rank's index in the communicator.
 func (c *Comm) Rank() int { return c.rank }
 
-// span checks that count elements of dt fit in b, on this communicator's device.
-func (c *Comm) span(op string, b *DeviceBuffer, count int, dt DataType) error {
+// span checks that count elements of dt at byte offset off fit in b, on this communicator's
+// device.
+func (c *Comm) span(op string, b *DeviceBuffer, off, count int, dt DataType) error {
 	if c.comm == nil {
 		return fmt.Errorf("nccl: %s on a closed communicator", op)
 	}
@@ -73,8 +74,11 @@ func (c *Comm) span(op string, b *DeviceBuffer, count int, dt DataType) error {
 	if b.dev != c.dev {
 		return fmt.Errorf("nccl: %s: buffer is on device %d, communicator on device %d", op, b.dev, c.dev)
 	}
-	if count < 0 || count > b.size/dt.Size() {
-		return fmt.Errorf("nccl: %s: %d %v elements (%d bytes) do not fit in a %d-byte buffer", op, count, dt, count*dt.Size(), b.size)
+	if off < 0 || off%dt.Size() != 0 || off > b.size {
+		return fmt.Errorf("nccl: %s: offset %d is not a %v element boundary within the %d-byte buffer", op, off, dt, b.size)
+	}
+	if count < 0 || count > (b.size-off)/dt.Size() {
+		return fmt.Errorf("nccl: %s: %d %v elements (%d bytes) at offset %d do not fit in a %d-byte buffer", op, count, dt, count*dt.Size(), off, b.size)
 	}
 	return nil
 }
@@ -82,7 +86,13 @@ func (c *Comm) span(op string, b *DeviceBuffer, count int, dt DataType) error {
 // AllReduce reduces count elements of buf across all ranks with op, in place, queued on the
 // communicator's stream.
 func (c *Comm) AllReduce(buf *DeviceBuffer, count int, dt DataType, op RedOp) error {
-	if err := c.span("AllReduce", buf, count, dt); err != nil {
+	return c.AllReduceAt(buf, 0, count, dt, op)
+}
+
+// AllReduceAt is AllReduce on the count elements that start off bytes into buf (a chunk of a
+// larger buffer).
+func (c *Comm) AllReduceAt(buf *DeviceBuffer, off, count int, dt DataType, op RedOp) error {
+	if err := c.span("AllReduce", buf, off, count, dt); err != nil {
 		return err
 	}
 	if op < Sum || op > Avg {
@@ -92,7 +102,8 @@ func (c *Comm) AllReduce(buf *DeviceBuffer, count int, dt DataType, op RedOp) er
 		return fmt.Errorf("nccl: AllReduce: average needs NCCL >= 2.10, loaded %s", c.lib.VersionString())
 	}
 	return c.lib.rt.onDevice(c.dev, func() error {
-		return c.lib.check(C.gr_call_coll_ii(c.lib.allReduce, buf.ptr, buf.ptr, C.size_t(count), C.int(dt), C.int(op), c.comm, c.stream.s),
+		p := unsafe.Add(buf.ptr, off)
+		return c.lib.check(C.gr_call_coll_ii(c.lib.allReduce, p, p, C.size_t(count), C.int(dt), C.int(op), c.comm, c.stream.s),
 			c.comm, "ncclAllReduce(%d %v, %v) on rank %d", count, dt, op, c.rank)
 	})
 }
@@ -100,7 +111,7 @@ func (c *Comm) AllReduce(buf *DeviceBuffer, count int, dt DataType, op RedOp) er
 // Broadcast copies count elements of root's buf into buf on every rank, queued on the
 // communicator's stream.
 func (c *Comm) Broadcast(buf *DeviceBuffer, count int, dt DataType, root int) error {
-	if err := c.span("Broadcast", buf, count, dt); err != nil {
+	if err := c.span("Broadcast", buf, 0, count, dt); err != nil {
 		return err
 	}
 	if root < 0 || root >= c.size {
@@ -115,10 +126,10 @@ func (c *Comm) Broadcast(buf *DeviceBuffer, count int, dt DataType, root int) er
 // AllGather gathers count elements of send from every rank into recv, rank r's at element
 // r*count, queued on the communicator's stream.
 func (c *Comm) AllGather(send, recv *DeviceBuffer, count int, dt DataType) error {
-	if err := c.span("AllGather send", send, count, dt); err != nil {
+	if err := c.span("AllGather send", send, 0, count, dt); err != nil {
 		return err
 	}
-	if err := c.span("AllGather receive", recv, count*c.size, dt); err != nil {
+	if err := c.span("AllGather receive", recv, 0, count*c.size, dt); err != nil {
 		return err
 	}
 	return c.lib.rt.onDevice(c.dev, func() error {

@@ -139,7 +139,11 @@ func TestCollectiveArgumentChecks(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"too many elements", c.AllReduce(buf, 17, Float32, Sum), "17 float32 elements (68 bytes) do not fit in a 64-byte buffer"},
+		{"too many elements", c.AllReduce(buf, 17, Float32, Sum), "17 float32 elements (68 bytes) at offset 0 do not fit in a 64-byte buffer"},
+		{"chunk past the end", c.AllReduceAt(buf, 32, 9, Float32, Sum), "9 float32 elements (36 bytes) at offset 32 do not fit"},
+		{"misaligned chunk", c.AllReduceAt(buf, 2, 1, Float32, Sum), "offset 2 is not a float32 element boundary"},
+		{"chunk beyond buffer", c.AllReduceAt(buf, 68, 0, Float16, Sum), "offset 68 is not a float16 element boundary within the 64-byte buffer"},
+		{"negative offset", c.AllReduceAt(buf, -4, 1, Float32, Sum), "offset -4"},
 		{"negative count", c.AllReduce(buf, -1, Float16, Sum), "-1 float16 elements"},
 		{"unknown type", c.AllReduce(buf, 1, DataType(40), Sum), "unknown data type DataType(40)"},
 		{"unknown op", c.AllReduce(buf, 1, Float32, RedOp(7)), "unknown reduction RedOp(7)"},
@@ -147,7 +151,7 @@ func TestCollectiveArgumentChecks(t *testing.T) {
 		{"nil buffer", c.Broadcast(nil, 1, Float32, 0), "nil or closed device buffer"},
 		{"root out of range", c.Broadcast(buf, 1, Float32, 2), "root 2, want 0 <= root < size 2"},
 		{"negative root", c.Broadcast(buf, 1, Float32, -1), "root -1"},
-		{"gather receive too small", c.AllGather(buf, small, 2, Float32), "AllGather receive: 4 float32 elements (16 bytes) do not fit in a 8-byte buffer"},
+		{"gather receive too small", c.AllGather(buf, small, 2, Float32), "AllGather receive: 4 float32 elements (16 bytes) at offset 0 do not fit in a 8-byte buffer"},
 		{"gather send too big", c.AllGather(small, buf, 4, Float32), "AllGather send: 4 float32"},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
@@ -164,6 +168,7 @@ func TestCollectiveArgumentChecks(t *testing.T) {
 	}{
 		{c.AllReduce(buf, 16, Float32, Avg), "ncclAllReduce(16 float32, avg) on rank 1"},
 		{c.AllReduce(buf, 32, Float16, Max), "ncclAllReduce(32 float16, max) on rank 1"},
+		{c.AllReduceAt(buf, 48, 8, Float16, Min), "ncclAllReduce(8 float16, min) on rank 1"},
 		{c.Broadcast(buf, 8, Float64, 1), "ncclBroadcast(8 float64, root 1) on rank 1"},
 		{c.AllGather(small, buf, 2, Float32), "ncclAllGather(2 float32 per rank) on rank 1"},
 	} {

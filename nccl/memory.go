@@ -197,6 +197,25 @@ func (s *Stream) Synchronize() error {
 	})
 }
 
+// Done reports whether all work queued on the stream has finished, without blocking
+// (cudaStreamQuery). A caller that must not hang on a dead peer polls Done and the
+// communicator's AsyncError instead of calling Synchronize.
+func (s *Stream) Done() (bool, error) {
+	if err := s.checkOpen("Done"); err != nil {
+		return false, err
+	}
+	done := false
+	err := s.rt.onDevice(s.dev, func() error {
+		code := C.gr_call_p(s.rt.streamQuery, s.s)
+		if code == cudaErrorNotReady {
+			return nil
+		}
+		done = code == cudaSuccess
+		return s.rt.check(code, "cudaStreamQuery on device %d", s.dev)
+	})
+	return done, err
+}
+
 // Close destroys the stream. It is safe to call more than once.
 func (s *Stream) Close() error {
 	if s.s == nil {

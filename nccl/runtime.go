@@ -22,7 +22,7 @@ type Runtime struct {
 	getErrorName, getErrorString                                   unsafe.Pointer
 	malloc, free, hostAlloc, freeHost, memGetInfo                  unsafe.Pointer
 	memcpyAsync, streamCreateWithFlags, streamSynchronize          unsafe.Pointer
-	streamDestroy, deviceGetPCIBusID                               unsafe.Pointer
+	streamQuery, streamDestroy, deviceGetPCIBusID                  unsafe.Pointer
 
 	countOnce sync.Once
 	count     int
@@ -53,6 +53,7 @@ func LoadRuntime(opts Options) (*Runtime, error) {
 		{"cudaMemcpyAsync", &rt.memcpyAsync},
 		{"cudaStreamCreateWithFlags", &rt.streamCreateWithFlags},
 		{"cudaStreamSynchronize", &rt.streamSynchronize},
+		{"cudaStreamQuery", &rt.streamQuery},
 		{"cudaStreamDestroy", &rt.streamDestroy},
 		{"cudaDeviceGetPCIBusId", &rt.deviceGetPCIBusID},
 	}); err != nil {

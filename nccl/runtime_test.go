@@ -169,6 +169,19 @@ func TestStagingPlumbing(t *testing.T) {
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
+	if done, err := s.Done(); !done || err != nil {
+		t.Errorf("Done = %v, %v after Synchronize", done, err)
+	}
+	t.Setenv("FAKE_FAIL", "cudaStreamQuery:600")
+	if done, err := s.Done(); done || err != nil {
+		t.Errorf("Done = %v, %v while cudaErrorNotReady", done, err)
+	}
+	t.Setenv("FAKE_FAIL", "cudaStreamQuery:1")
+	var ce *CUDAError
+	if done, err := s.Done(); done || !errors.As(err, &ce) || ce.Op != "cudaStreamQuery on device 0" {
+		t.Errorf("Done = %v, %v with a failing query", done, err)
+	}
+	t.Setenv("FAKE_FAIL", "")
 	if !bytes.Equal(host[40:56], host[8:24]) {
 		t.Fatalf("round trip: got %v, want %v", host[40:56], host[8:24])
 	}
@@ -203,6 +216,9 @@ func TestStagingPlumbing(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.Done(); err == nil || !strings.Contains(err.Error(), "closed stream") {
+		t.Errorf("Done on closed stream: %v", err)
 	}
 	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "closed stream") {
 		t.Errorf("Synchronize on closed stream: %v", err)

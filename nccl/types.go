@@ -109,6 +109,7 @@ const (
 	cudaSuccess                 = 0
 	cudaErrorInsufficientDriver = 35
 	cudaErrorNoDevice           = 100
+	cudaErrorNotReady           = 600 // cudaStreamQuery: work still pending, not a failure
 
 	cudaMemcpyHostToDevice = 1
 	cudaMemcpyDeviceToHost = 2

@@ -1,9 +1,10 @@
 // A stand-in for libcudart and libnccl, built by the tests with gcc, so that the CPU tests can
 // drive the binding's dlopen, symbol lookup, argument checks and error handling on machines
-// without CUDA. It is NOT a CUDA or NCCL implementation: it computes no collective. Memory
+// without CUDA. It is NOT a CUDA or NCCL implementation: it reduces nothing. Memory
 // "on the device" is host memory here, so the staging copies' offsets and bounds can be
 // checked byte for byte; whether real CUDA and NCCL do the right thing is checked on a GPU
-// by scripts/gpu-check.sh. Behaviour is chosen per test through environment variables:
+// by scripts/gpu-check.sh. The collectives behave as in a communicator of one rank: they copy
+// send to recv when the two differ (with one rank there is nothing to reduce). Behaviour is chosen per test through environment variables:
 //   FAKE_CUDA_DEVICES   number of devices cudaGetDeviceCount reports (default 0)
 //   FAKE_NCCL_VERSION   version ncclGetVersion reports (default 23203)
 //   FAKE_NCCL_ASYNC_ERR the ncclResult_t ncclCommGetAsyncError reports
@@ -73,7 +74,11 @@ int cudaHostAlloc(void **p, size_t n, unsigned flags) {
 }
 int cudaFreeHost(void *p) { free(p); return 0; }
 int cudaMemGetInfo(size_t *f, size_t *t) {
-	FAIL("cudaMemGetInfo"); *f = 1 << 20; *t = 2 << 20; return 0; }
+	FAIL("cudaMemGetInfo");
+	*f = 1 << 20;
+	*t = 2 << 20;
+	return 0;
+}
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream) {
 	if (kind != 1 && kind != 2) return 1;
 	if (stream == NULL) return 1; // the binding never uses the default stream
@@ -83,6 +88,10 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream
 static int fake_stream;
 int cudaStreamCreateWithFlags(void **s, unsigned flags) { *s = &fake_stream; return flags == 1 ? 0 : 1; }
 int cudaStreamSynchronize(void *s) { return s == &fake_stream ? 0 : 1; }
+int cudaStreamQuery(void *s) {
+	FAIL("cudaStreamQuery");
+	return s == &fake_stream ? 0 : 1;
+}
 int cudaStreamDestroy(void *s) { return s == &fake_stream ? 0 : 1; }
 #ifndef FAKE_OMIT_SYMBOL
 int cudaDeviceGetPCIBusId(char *buf, int len, int dev) {
@@ -104,7 +113,10 @@ const char *ncclGetErrorString(int r) {
 }
 const char *ncclGetLastError(void *comm) { return comm == &fake_comm ? "fake detail for the comm" : "fake detail"; }
 int ncclGetVersion(int *v) {
-	FAIL("ncclGetVersion"); *v = env_int("FAKE_NCCL_VERSION", 23203); return 0; }
+	FAIL("ncclGetVersion");
+	*v = env_int("FAKE_NCCL_VERSION", 23203);
+	return 0;
+}
 int ncclGetUniqueId(unsigned char *id) {
 	FAIL("ncclGetUniqueId");
 	for (int i = 0; i < 128; i++) id[i] = (unsigned char)(i * 7 + 3);
@@ -124,19 +136,28 @@ int ncclCommDestroy(void *c) { return c == &fake_comm ? 0 : 4; }
 int ncclCommAbort(void *c) { return c == &fake_comm ? 0 : 4; }
 int ncclCommGetAsyncError(void *c, int *e) {
 	FAIL("ncclCommGetAsyncError");
-	*e = env_int("FAKE_NCCL_ASYNC_ERR", 0); return 0; }
-int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, void *c, void *st) { 
-	FAIL(__func__);
+	*e = env_int("FAKE_NCCL_ASYNC_ERR", 0);
 	return 0;
 }
-int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, void *c, void *st) { 
-	FAIL(__func__);
+// Collectives of one rank: copy send to recv when they differ.
+static const size_t type_size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+static int one_rank(const void *s, void *r, size_t n, int dt) {
+	if (dt < 0 || dt > 9) return 4;
+	if (s != r) memmove(r, s, n * type_size[dt]);
 	return 0;
+}
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, void *c, void *st) {
+	FAIL(__func__);
+	return op < 0 || op > 4 ? 4 : one_rank(s, r, n, dt);
+}
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, void *c, void *st) {
+	FAIL(__func__);
+	return one_rank(s, r, n, dt);
 }
 #ifndef FAKE_OMIT_SYMBOL
-int ncclAllGather(const void *s, void *r, size_t n, int dt, void *c, void *st) { 
+int ncclAllGather(const void *s, void *r, size_t n, int dt, void *c, void *st) {
 	FAIL(__func__);
-	return 0;
+	return one_rank(s, r, n, dt);
 }
 #endif
 int ncclGroupStart(void) { FAIL(__func__); return 0; }

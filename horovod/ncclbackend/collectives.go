@@ -1,0 +1,207 @@
+package ncclbackend
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/nccl"
+)
+
+// Allreduce stages send to the device chunk by chunk, reduces each chunk in place as soon as
+// it is there (an elementwise reduction of the chunks is the reduction of the whole), stages
+// the result back and copies it to recv.
+func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	t, err := ncclType(dt)
+	if err != nil {
+		return err
+	}
+	o, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	n := len(send)
+	if len(recv) != n || n%dt.Size() != 0 {
+		return fmt.Errorf("ncclbackend: allreduce of %d bytes into %d bytes of %v", n, len(recv), dt)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := b.stage(n, &b.dev, n); err != nil {
+		return b.fail("allreduce", err)
+	}
+	s, host := b.comm.Stream(), b.pinned.Bytes()
+	for off := 0; off < n; off += chunkBytes {
+		m := min(chunkBytes, n-off)
+		copy(host[off:off+m], send[off:off+m]) // overlaps the DMA and reduction of earlier chunks
+		if err := s.CopyToDevice(b.dev, off, b.pinned, off, m); err != nil {
+			return b.fail("allreduce", err)
+		}
+		if err := b.comm.AllReduceAt(b.dev, off, m/dt.Size(), t, o); err != nil {
+			return b.fail("allreduce", err)
+		}
+		if err := s.CopyToHost(b.pinned, off, b.dev, off, m); err != nil {
+			return b.fail("allreduce", err)
+		}
+	}
+	if err := b.wait(); err != nil {
+		return b.fail("allreduce", err)
+	}
+	copy(recv, host[:n])
+	return nil
+}
+
+// Broadcast stages root's buf to the device (only root needs to), broadcasts it and stages it
+// back on the other ranks.
+func (b *Backend) Broadcast(buf []byte, root int) error {
+	if root < 0 || root >= b.topo.Size {
+		return fmt.Errorf("ncclbackend: broadcast root %d in a job of size %d", root, b.topo.Size)
+	}
+	n := len(buf)
+	if n == 0 {
+		return nil
+	}
+	if err := b.stage(n, &b.dev, n); err != nil {
+		return b.fail("broadcast", err)
+	}
+	s := b.comm.Stream()
+	if b.topo.Rank == root {
+		copy(b.pinned.Bytes(), buf)
+		if err := s.CopyToDevice(b.dev, 0, b.pinned, 0, n); err != nil {
+			return b.fail("broadcast", err)
+		}
+	}
+	if err := b.comm.Broadcast(b.dev, n, nccl.Uint8, root); err != nil {
+		return b.fail("broadcast", err)
+	}
+	if b.topo.Rank == root {
+		return b.fail("broadcast", b.wait())
+	}
+	if err := s.CopyToHost(b.pinned, 0, b.dev, 0, n); err != nil {
+		return b.fail("broadcast", err)
+	}
+	if err := b.wait(); err != nil {
+		return b.fail("broadcast", err)
+	}
+	copy(buf, b.pinned.Bytes()[:n])
+	return nil
+}
+
+// Allgatherv pads every rank's part to the largest count (NCCL has no allgatherv), gathers
+// with ncclAllGather and drops the padding on the way back to the host: the copy of rank r's
+// part lands directly at its offset in recv.
+func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
+	if len(counts) != b.topo.Size || counts[b.topo.Rank] != len(send) {
+		return fmt.Errorf("ncclbackend: allgatherv: counts %v for rank %d of %d sending %d bytes", counts, b.topo.Rank, b.topo.Size, len(send))
+	}
+	most, total := 0, 0
+	for _, c := range counts {
+		if c < 0 {
+			return fmt.Errorf("ncclbackend: allgatherv: negative count in %v", counts)
+		}
+		most, total = max(most, c), total+c
+	}
+	if total != len(recv) {
+		return fmt.Errorf("ncclbackend: allgatherv: counts %v sum to %d, receive buffer has %d bytes", counts, total, len(recv))
+	}
+	if most == 0 {
+		return nil
+	}
+	if err := b.stage(max(total, most), &b.dev, most); err != nil {
+		return b.fail("allgatherv", err)
+	}
+	if err := b.stage(0, &b.gather, most*b.topo.Size); err != nil {
+		return b.fail("allgatherv", err)
+	}
+	s := b.comm.Stream()
+	copy(b.pinned.Bytes(), send)
+	if len(send) > 0 {
+		if err := s.CopyToDevice(b.dev, 0, b.pinned, 0, len(send)); err != nil {
+			return b.fail("allgatherv", err)
+		}
+	}
+	if err := b.comm.AllGather(b.dev, b.gather, most, nccl.Uint8); err != nil {
+		return b.fail("allgatherv", err)
+	}
+	// The copies back are queued after the gather on the same stream, so they overwrite the
+	// pinned send data only once it is on the device.
+	off := 0
+	for r, c := range counts {
+		if c > 0 {
+			if err := s.CopyToHost(b.pinned, off, b.gather, r*most, c); err != nil {
+				return b.fail("allgatherv", err)
+			}
+		}
+		off += c
+	}
+	if err := b.wait(); err != nil {
+		return b.fail("allgatherv", err)
+	}
+	copy(recv, b.pinned.Bytes()[:total])
+	return nil
+}
+
+// Barrier is a one-element allreduce, waited for.
+func (b *Backend) Barrier() error {
+	if err := b.stage(0, &b.dev, 4); err != nil {
+		return b.fail("barrier", err)
+	}
+	if err := b.comm.AllReduce(b.dev, 1, nccl.Int32, nccl.Sum); err != nil {
+		return b.fail("barrier", err)
+	}
+	return b.fail("barrier", b.wait())
+}
+
+// wait waits for the stream, polling NCCL for asynchronous errors meanwhile: a blocking
+// cudaStreamSynchronize would wait forever for a peer that died, while ncclCommGetAsyncError
+// reports it.
+func (b *Backend) wait() error {
+	s := b.comm.Stream()
+	for spin := 0; ; spin++ {
+		done, err := s.Done()
+		if done || err != nil {
+			return err
+		}
+		if err := b.comm.AsyncError(); err != nil {
+			return err
+		}
+		if spin < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// fail names the collective in err; nil stays nil.
+func (b *Backend) fail(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("ncclbackend: %s on rank %d: %w", what, b.topo.Rank, err)
+}
+
+// Abort tears the communicator down without waiting for peers, then ends the job through the
+// control backend (MPI_Abort), which can reach the other processes.
+func (b *Backend) Abort(code int) {
+	b.comm.Abort()
+	b.control.Abort(code)
+}
+
+// Close destroys the communicator and frees the staging buffers. The control backend is
+// horovod's to close.
+func (b *Backend) Close() error {
+	var errs []error
+	errs = append(errs, b.comm.Close())
+	for _, d := range []*nccl.DeviceBuffer{b.dev, b.gather} {
+		if d != nil {
+			errs = append(errs, d.Close())
+		}
+	}
+	if b.pinned != nil {
+		errs = append(errs, b.pinned.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,308 @@
+package ncclbackend
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/fp16"
+	"github.com/gorovod/gorovod/horovod/local"
+	"github.com/gorovod/gorovod/nccl"
+)
+
+// setupFakeLibraries points discovery at nccl's test stand-in for libcudart and libnccl
+// (nccl/testdata/fakelib.c, built here with gcc): one "device" whose memory is host memory and
+// collectives that compute nothing. In a job of size 1 the right result of every collective
+// is its input, so on CPU machines these tests check the adapter's staging (chunking,
+// offsets, padding and compaction, error paths), not NCCL.
+func setupFakeLibraries(t testing.TB) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, v := range []struct{ name, def string }{{"libcudart.so", "-DFAKE_CUDA"}, {"libnccl.so", "-DFAKE_NCCL"}} {
+		out := filepath.Join(dir, v.name)
+		if b, err := exec.Command("gcc", "-shared", "-fPIC", "-o", out, v.def, "../../nccl/testdata/fakelib.c").CombinedOutput(); err != nil {
+			t.Fatalf("building the fake library: %v\n%s", err, b)
+		}
+	}
+	t.Setenv("GOROVOD_CUDART_LIBRARY", filepath.Join(dir, "libcudart.so"))
+	t.Setenv("GOROVOD_NCCL_LIBRARY", filepath.Join(dir, "libnccl.so"))
+	t.Setenv("FAKE_CUDA_DEVICES", "1")
+	t.Setenv("FAKE_FAIL", "")
+}
+
+// openOneRank opens the backend in a job of one process: over the real libraries where a GPU
+// is available, else over the fake ones.
+func openOneRank(t testing.TB) *Backend {
+	t.Helper()
+	var logs []string
+	logf := func(f string, a ...any) { logs = append(logs, f) }
+	b, err := Open(local.Backend{}, Config{Logf: logf})
+	if err != nil {
+		var nf *nccl.LibraryNotFoundError
+		var nd *nccl.NoDeviceError
+		if !errors.As(err, &nf) && !errors.As(err, &nd) {
+			t.Fatal(err)
+		}
+		t.Logf("no GPU (%v); using the fake libraries", strings.SplitN(err.Error(), "\n", 2)[0])
+		setupFakeLibraries(t)
+		if b, err = Open(local.Backend{}, Config{Logf: logf}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if len(logs) != 1 || !strings.HasPrefix(logs[0], "ncclbackend: rank %d (local rank %d)") {
+		t.Errorf("placement log %q", logs)
+	}
+	return b
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestOpenWithoutLibrariesIsTyped(t *testing.T) {
+	t.Setenv("GOROVOD_CUDART_LIBRARY", "/nonexistent/libcudart.so.12")
+	_, err := Open(local.Backend{}, Config{})
+	var nf *nccl.LibraryNotFoundError
+	if !errors.As(err, &nf) || nf.Library != "CUDA runtime" {
+		t.Fatalf("err = %v, want *nccl.LibraryNotFoundError", err)
+	}
+	if !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "ranks failing setup: [0]") {
+		t.Errorf("message %q", err)
+	}
+	// Through horovod's hook too.
+	if _, err := Opener(Config{})(local.Backend{}); !errors.As(err, &nf) {
+		t.Errorf("Opener: %v", err)
+	}
+}
+
+func TestOpenNoDeviceIsTyped(t *testing.T) {
+	setupFakeLibraries(t)
+	t.Setenv("FAKE_FAIL", "cudaGetDeviceCount:100")
+	_, err := Open(local.Backend{}, Config{Logf: t.Logf})
+	var nd *nccl.NoDeviceError
+	if !errors.As(err, &nd) {
+		t.Fatalf("err = %v, want *nccl.NoDeviceError", err)
+	}
+}
+
+// scripted is a control backend for agreement tests: rank Rank of Size, whose Allgatherv
+// returns the statuses of the other ranks as given.
+type scripted struct {
+	local.Backend
+	topo     backend.Topology
+	statuses []byte
+	err      error
+}
+
+func (s scripted) Topology() backend.Topology { return s.topo }
+func (s scripted) Allgatherv(send, recv []byte, counts []int) error {
+	if s.err != nil {
+		return s.err
+	}
+	if !slices.Equal(counts, slices.Repeat([]int{1}, s.topo.Size)) || len(send) != 1 {
+		return errors.New("unexpected allgatherv shape")
+	}
+	copy(recv, s.statuses)
+	recv[s.topo.Rank] = send[0]
+	return nil
+}
+
+func TestAgreementNamesFailingRanks(t *testing.T) {
+	topo := backend.Topology{Rank: 1, Size: 4, LocalSize: 4, LocalRank: 1}
+	ctl := scripted{topo: topo, statuses: []byte{0, 0, 1, 1}}
+	err := agree(ctl, topo, nil)
+	if err == nil || err.Error() != "ncclbackend: rank 1 is ready, but ranks [2 3] could not set up NCCL (see their errors)" {
+		t.Errorf("healthy rank: %v", err)
+	}
+	mine := errors.New("no GPU here")
+	err = agree(ctl, topo, mine)
+	if !errors.Is(err, mine) || !strings.Contains(err.Error(), "ranks failing setup: [1 2 3]") {
+		t.Errorf("failing rank: %v", err)
+	}
+	if err := agree(scripted{topo: topo, statuses: make([]byte, 4)}, topo, nil); err != nil {
+		t.Errorf("all ready: %v", err)
+	}
+	broken := errors.New("control down")
+	if err := agree(scripted{topo: topo, err: broken}, topo, mine); !errors.Is(err, broken) || !errors.Is(err, mine) {
+		t.Errorf("control failure: %v", err)
+	}
+}
+
+// TestCollectivesMatchCPUPath runs every collective through the NCCL backend and through the
+// CPU (local) backend on the same inputs and compares the bytes.
+func TestCollectivesMatchCPUPath(t *testing.T) {
+	b := openOneRank(t)
+	if b.Name() != "nccl" || b.Topology() != (local.Backend{}).Topology() {
+		t.Fatal("name or topology")
+	}
+	cpu := local.Backend{}
+	// 40 MiB + 6 bytes: three chunks, the last one short.
+	for _, n := range []int{8, 40<<20 + 8} {
+		for _, dt := range []backend.DType{backend.Float32, backend.Float16, backend.Int64, backend.Uint8} {
+			send := randomBytes(n, uint64(n)+uint64(dt))
+			want := make([]byte, n)
+			if err := cpu.Allreduce(send, want, dt, backend.Sum); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, n)
+			if err := b.Allreduce(send, got, dt, backend.Sum); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("allreduce %v of %d bytes differs from the CPU path", dt, n)
+			}
+		}
+	}
+	inPlace := randomBytes(1000, 3)
+	want := bytes.Clone(inPlace)
+	if err := b.Allreduce(inPlace, inPlace, backend.Float64, backend.Max); err != nil || !bytes.Equal(inPlace, want) {
+		t.Errorf("in-place allreduce: %v", err)
+	}
+	buf := randomBytes(3000, 4)
+	want = bytes.Clone(buf)
+	if err := b.Broadcast(buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("broadcast: %v", err)
+	}
+	send := randomBytes(777, 5)
+	recv := make([]byte, 777)
+	if err := b.Allgatherv(send, recv, []int{777}); err != nil || !bytes.Equal(recv, send) {
+		t.Errorf("allgatherv: %v", err)
+	}
+	if err := b.Barrier(); err != nil {
+		t.Error(err)
+	}
+	// Empty buffers are no-ops.
+	if err := errors.Join(b.Allreduce(nil, nil, backend.Float32, backend.Sum), b.Broadcast(nil, 0), b.Allgatherv(nil, nil, []int{0})); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestArgumentErrors(t *testing.T) {
+	b := openOneRank(t)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{b.Allreduce(make([]byte, 8), make([]byte, 4), backend.Float32, backend.Sum), "allreduce of 8 bytes into 4 bytes of float32"},
+		{b.Allreduce(make([]byte, 6), make([]byte, 6), backend.Float32, backend.Sum), "allreduce of 6 bytes into 6 bytes of float32"},
+		{b.Allreduce(make([]byte, 8), make([]byte, 8), backend.DType(0), backend.Sum), "unknown dtype"},
+		{b.Allreduce(make([]byte, 8), make([]byte, 8), backend.Float32, backend.ReduceOp(9)), "unknown reduction"},
+		{b.Broadcast(make([]byte, 8), 1), "broadcast root 1 in a job of size 1"},
+		{b.Allgatherv(make([]byte, 8), make([]byte, 8), []int{4}), "counts [4] for rank 0 of 1 sending 8 bytes"},
+		{b.Allgatherv(make([]byte, 8), make([]byte, 9), []int{8}), "sum to 8, receive buffer has 9 bytes"},
+		{b.Allgatherv(make([]byte, 8), make([]byte, 8), []int{8, 1}), "counts [8 1]"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("err = %v, want %q", tc.err, tc.want)
+		}
+	}
+}
+
+func TestDataTypeMapping(t *testing.T) {
+	want := map[backend.DType]nccl.DataType{backend.Uint8: nccl.Uint8, backend.Int8: nccl.Int8, backend.Int32: nccl.Int32,
+		backend.Int64: nccl.Int64, backend.Float16: nccl.Float16, backend.Float32: nccl.Float32, backend.Float64: nccl.Float64}
+	for _, dt := range backend.DTypes {
+		got, err := ncclType(dt)
+		if err != nil || got != want[dt] || got.Size() != dt.Size() {
+			t.Errorf("%v -> %v, %v", dt, got, err)
+		}
+	}
+	for op, w := range map[backend.ReduceOp]nccl.RedOp{backend.Sum: nccl.Sum, backend.Min: nccl.Min, backend.Max: nccl.Max} {
+		if got, err := ncclOp(op); got != w || err != nil {
+			t.Errorf("%v -> %v, %v", op, got, err)
+		}
+	}
+}
+
+// TestErrorsNameTheCollective runs over the fake libraries only: it makes NCCL fail.
+func TestErrorsNameTheCollective(t *testing.T) {
+	setupFakeLibraries(t)
+	b, err := Open(local.Backend{}, Config{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	t.Setenv("FAKE_FAIL", "ncclAllReduce:5,ncclBroadcast:5,ncclAllGather:5")
+	var ne *nccl.NCCLError
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{b.Allreduce(make([]byte, 8), make([]byte, 8), backend.Float32, backend.Sum), "ncclbackend: allreduce on rank 0"},
+		{b.Broadcast(make([]byte, 8), 0), "ncclbackend: broadcast on rank 0"},
+		{b.Allgatherv(make([]byte, 8), make([]byte, 8), []int{8}), "ncclbackend: allgatherv on rank 0"},
+		{b.Barrier(), "ncclbackend: barrier on rank 0"},
+	} {
+		if !errors.As(tc.err, &ne) || ne.Code != nccl.InvalidUsage || !strings.HasPrefix(tc.err.Error(), tc.want) {
+			t.Errorf("err = %v, want %q wrapping ncclInvalidUsage", tc.err, tc.want)
+		}
+	}
+	// A peer failure reported asynchronously ends the wait instead of hanging it.
+	t.Setenv("FAKE_FAIL", "cudaStreamQuery:600")
+	t.Setenv("FAKE_NCCL_ASYNC_ERR", "6")
+	if err := b.Allreduce(make([]byte, 8), make([]byte, 8), backend.Float32, backend.Sum); !errors.As(err, &ne) || ne.Code != nccl.RemoteError {
+		t.Errorf("async error: %v", err)
+	}
+	t.Setenv("FAKE_FAIL", "cudaMalloc:2")
+	t.Setenv("FAKE_NCCL_ASYNC_ERR", "")
+	var ce *nccl.CUDAError
+	if err := b.Allreduce(make([]byte, 64<<20), make([]byte, 64<<20), backend.Float32, backend.Sum); !errors.As(err, &ce) {
+		t.Errorf("allocation failure: %v", err)
+	}
+}
+
+// BenchmarkFP16Pipeline is Horovod's fp16-compressed allreduce of 128 MiB of float32
+// gradients, the default fusion buffer: compress to float16, stage to the device, reduce,
+// stage back, decompress. On a GPU machine it measures the real path (scripts/gpu-check.sh).
+func BenchmarkFP16Pipeline(b *testing.B) {
+	bk := openOneRank(b)
+	const n = 32 << 20 // float32 elements: 128 MiB
+	grads := make([]float32, n)
+	for i := range grads {
+		grads[i] = float32(i%1000-500) / 1024
+	}
+	half := make([]uint16, n)
+	out := make([]float32, n)
+	halfBytes := unsafe.Slice((*byte)(unsafe.Pointer(&half[0])), 2*n)
+	b.SetBytes(4 * n)
+	for b.Loop() {
+		fp16.EncodeFloat32(half, grads)
+		if err := bk.Allreduce(halfBytes, halfBytes, backend.Float16, backend.Sum); err != nil {
+			b.Fatal(err)
+		}
+		fp16.DecodeFloat32(out, half)
+	}
+	if !slices.Equal(out, grads) { // these values are exact in float16 and one rank sums to itself
+		b.Fatal("fp16 round trip changed the gradients")
+	}
+}
+
+// BenchmarkStaging is the staging alone: allreduce of 128 MiB of float32 at size 1 is
+// host -> pinned -> device -> pinned -> host.
+func BenchmarkStaging(b *testing.B) {
+	bk := openOneRank(b)
+	buf := randomBytes(128<<20, 9)
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		if err := bk.Allreduce(buf, buf, backend.Float32, backend.Sum); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
