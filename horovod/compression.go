@@ -1,0 +1,59 @@
+package horovod
+
+import (
+	"fmt"
+
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// Compression is how a Reducer puts gradients on the wire (Horovod's Compression.none and
+// Compression.fp16).
+type Compression uint8
+
+const (
+	// NoCompression sends tensors as they are.
+	NoCompression Compression = iota
+	// FP16Compression sends float32 and float64 tensors as float16, halving or quartering the
+	// bytes moved; integer and float16 tensors pass through unchanged. Values beyond ±65504
+	// become infinities, so it suits gradients, not arbitrary data.
+	FP16Compression
+)
+
+func (c Compression) String() string {
+	switch c {
+	case NoCompression:
+		return "none"
+	case FP16Compression:
+		return "fp16"
+	}
+	return fmt.Sprintf("Compression(%d)", uint8(c))
+}
+
+// compresses reports whether c changes the wire dtype of a tensor of type dt.
+func (c Compression) compresses(dt DType) bool {
+	return c == FP16Compression && (dt == Float32 || dt == Float64)
+}
+
+// compress narrows src (float32 or float64) into the float16 buffer dst.
+func compress(dst []byte, src []byte, dt DType) {
+	h := view[uint16](dst)
+	switch dt {
+	case Float32:
+		fp16.EncodeFloat32(h, view[float32](src))
+	case Float64:
+		fp16.EncodeFloat64(h, view[float64](src))
+	}
+}
+
+// decompress widens the float16 buffer src into dst (float32 or float64) and multiplies by factor,
+// so that averaging happens at full precision after the reduction.
+func decompress(dst []byte, src []byte, dt DType, factor float64) {
+	h := view[uint16](src)
+	switch dt {
+	case Float32:
+		fp16.DecodeFloat32(view[float32](dst), h)
+	case Float64:
+		fp16.DecodeFloat64(view[float64](dst), h)
+	}
+	scale(dst, dt, factor)
+}

@@ -1,0 +1,139 @@
+package horovod
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// Defaults, as in Horovod.
+const (
+	DefaultFusionThreshold = 128 << 20
+	DefaultCycleTime       = time.Millisecond
+	DefaultStallCheckTime  = 60 * time.Second
+	DefaultCacheCapacity   = 1024
+)
+
+// config is what Init runs with: the HOROVOD_* environment, then Options on top.
+type config struct {
+	fusionThreshold int           // bytes; 0 disables fusion
+	cycleTime       time.Duration // longest wait before an idle negotiation round
+	cacheCapacity   int           // agreed signatures remembered; 0 disables the cache
+	timeline        string        // Chrome trace path written by rank 0; "" for none
+	stallCheck      time.Duration // 0 disables the stall warning
+	stallShutdown   time.Duration // 0 never aborts
+	logOutput       io.Writer
+
+	control backend.Backend // nil: chosen from the launcher
+	data    backend.Opener  // nil: collectives go over the control backend
+}
+
+// Option changes one setting of Init over its environment default.
+type Option func(*config)
+
+// WithFusionThreshold sets the fusion buffer size in bytes (HOROVOD_FUSION_THRESHOLD); 0 turns
+// fusion off.
+func WithFusionThreshold(bytes int) Option { return func(c *config) { c.fusionThreshold = bytes } }
+
+// WithCycleTime sets how long the background loop waits for work before an idle negotiation
+// round (HOROVOD_CYCLE_TIME, in milliseconds there).
+func WithCycleTime(d time.Duration) Option { return func(c *config) { c.cycleTime = d } }
+
+// WithTimeline makes rank 0 write a Chrome trace to path (HOROVOD_TIMELINE).
+func WithTimeline(path string) Option { return func(c *config) { c.timeline = path } }
+
+// WithStallCheck sets the stall warning time (HOROVOD_STALL_CHECK_TIME_SECONDS) and the abort time
+// (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 disables either.
+func WithStallCheck(warn, shutdown time.Duration) Option {
+	return func(c *config) { c.stallCheck, c.stallShutdown = warn, shutdown }
+}
+
+// WithLogOutput sends horovod's warnings somewhere other than standard error.
+func WithLogOutput(w io.Writer) Option { return func(c *config) { c.logOutput = w } }
+
+// WithBackend runs over b instead of the backend the launcher implies (MPI or local). horovod
+// takes ownership and closes it at Shutdown.
+func WithBackend(b backend.Backend) Option { return func(c *config) { c.control = b } }
+
+// WithDataBackend moves tensor collectives onto the backend open returns (NCCL, for one), while
+// negotiation stays on the control backend. open receives the control backend.
+func WithDataBackend(open backend.Opener) Option { return func(c *config) { c.data = open } }
+
+// configFromEnv reads the HOROVOD_* variables; a malformed value is an error naming the variable.
+func configFromEnv() (config, error) {
+	c := config{
+		fusionThreshold: DefaultFusionThreshold,
+		cycleTime:       DefaultCycleTime,
+		cacheCapacity:   DefaultCacheCapacity,
+		timeline:        os.Getenv("HOROVOD_TIMELINE"),
+		stallCheck:      DefaultStallCheckTime,
+		logOutput:       os.Stderr,
+	}
+	var err error
+	intVar := func(name string, dst *int) {
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			n, e := strconv.Atoi(v)
+			if e != nil || n < 0 {
+				err = fmt.Errorf("horovod: %s=%q: want a non-negative integer", name, v)
+			}
+			*dst = n
+		}
+	}
+	durVar := func(name string, unit time.Duration, dst *time.Duration) {
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			f, e := strconv.ParseFloat(v, 64)
+			if e != nil || f < 0 {
+				err = fmt.Errorf("horovod: %s=%q: want a non-negative number", name, v)
+			}
+			*dst = time.Duration(f * float64(unit))
+		}
+	}
+	intVar("HOROVOD_FUSION_THRESHOLD", &c.fusionThreshold)
+	intVar("HOROVOD_CACHE_CAPACITY", &c.cacheCapacity)
+	durVar("HOROVOD_CYCLE_TIME", time.Millisecond, &c.cycleTime)
+	durVar("HOROVOD_STALL_CHECK_TIME_SECONDS", time.Second, &c.stallCheck)
+	durVar("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", time.Second, &c.stallShutdown)
+	if v := os.Getenv("HOROVOD_STALL_CHECK_DISABLE"); v != "" && v != "0" {
+		c.stallCheck, c.stallShutdown = 0, 0
+	}
+	return c, err
+}
+
+// launcher describes the process manager that started this process, if any.
+type launcher struct {
+	name       string // "mpirun", "srun", or "" when the process was started by hand
+	rank, size int
+}
+
+// detectLauncher reads OpenMPI's and Slurm's variables. OpenMPI's win: srun can start an mpirun.
+func detectLauncher() (launcher, error) {
+	read := func(name, rankVar, sizeVar string) (launcher, bool, error) {
+		rs, ok1 := os.LookupEnv(rankVar)
+		ss, ok2 := os.LookupEnv(sizeVar)
+		if !ok1 || !ok2 {
+			return launcher{}, false, nil
+		}
+		r, e1 := strconv.Atoi(rs)
+		s, e2 := strconv.Atoi(ss)
+		if e1 != nil || e2 != nil || s < 1 || r < 0 || r >= s {
+			return launcher{}, true, fmt.Errorf("horovod: %s=%q %s=%q: not a rank within a size", rankVar, rs, sizeVar, ss)
+		}
+		return launcher{name: name, rank: r, size: s}, true, nil
+	}
+	if l, ok, err := read("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"); ok {
+		return l, err
+	}
+	if l, ok, err := read("srun", "SLURM_PROCID", "SLURM_NTASKS"); ok {
+		return l, err
+	}
+	return launcher{}, nil
+}
+
+func newLogger(w io.Writer, rank int) *log.Logger {
+	return log.New(w, fmt.Sprintf("horovod[%d]: ", rank), log.LstdFlags|log.Lmsgprefix)
+}

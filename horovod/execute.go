@@ -1,0 +1,264 @@
+package horovod
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// ReduceOp is what Allreduce computes across ranks.
+type ReduceOp uint8
+
+// Average is the zero value, as it is Horovod's default.
+const (
+	Average ReduceOp = iota
+	Sum
+	Min
+	Max
+)
+
+func (o ReduceOp) String() string {
+	switch o {
+	case Average:
+		return "average"
+	case Sum:
+		return "sum"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
+}
+
+// backendOp is the reduction the backend performs for o; Average is a sum scaled afterwards.
+func (o ReduceOp) backendOp() backend.ReduceOp {
+	switch o {
+	case Min:
+		return backend.Min
+	case Max:
+		return backend.Max
+	}
+	return backend.Sum
+}
+
+// execute runs the responses of one round in order. Ready allreduces that agree on dtype, op and
+// scale factors fuse into one backend call while they fit the fusion threshold. An error from the
+// backend is returned: the collective state is then unknown and the loop stops.
+func (c *controller) execute(responses []*response) error {
+	for i := 0; i < len(responses); {
+		r := responses[i]
+		if r.err != nil {
+			if req := c.take(r.spec.name); req != nil {
+				req.complete(Tensor{}, r.err)
+			}
+			c.timeline.done(r.spec.name)
+			i++
+			continue
+		}
+		var err error
+		n := 1
+		switch r.spec.kind {
+		case kindAllreduce:
+			bytes := r.spec.bytes()
+			for n < len(responses)-i && fusable(r, responses[i+n]) && bytes+responses[i+n].spec.bytes() <= c.h.cfg.fusionThreshold {
+				bytes += responses[i+n].spec.bytes()
+				n++
+			}
+			err = c.allreduce(responses[i : i+n])
+		case kindAllgather:
+			err = c.allgather(r)
+		case kindBroadcast:
+			err = c.broadcast(r)
+		case kindBarrier:
+			err = c.barrier(r)
+		}
+		if err != nil {
+			return fmt.Errorf("horovod: rank %d: %s %q on the %s backend: %w", c.rank, r.spec.kind, r.spec.name, c.data.Name(), err)
+		}
+		for _, done := range responses[i : i+n] {
+			c.timeline.done(done.spec.name)
+		}
+		i += n
+	}
+	return nil
+}
+
+func fusable(a, b *response) bool {
+	x, y := a.spec, b.spec
+	return b.err == nil && y.kind == kindAllreduce && x.dtype == y.dtype && x.op == y.op &&
+		x.prescale == y.prescale && x.postscale == y.postscale
+}
+
+// take removes and returns this rank's request for name; nil on a rank that has joined.
+func (c *controller) take(name string) *request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.inflight[name]
+	delete(c.inflight, name)
+	return r
+}
+
+// operand is one tensor's part in a collective on this rank: its input and where the result goes.
+// A rank that has joined contributes zeros and discards the result.
+type operand struct {
+	req    *request
+	spec   *spec
+	input  []byte
+	output []byte
+}
+
+func (c *controller) operand(s *spec) operand {
+	op := operand{req: c.take(s.name), spec: s}
+	if op.req == nil {
+		op.output = make([]byte, s.bytes())
+		op.input = op.output
+		return op
+	}
+	op.input, op.output = op.req.input, op.req.output
+	if op.output == nil {
+		op.output = make([]byte, s.bytes())
+	}
+	return op
+}
+
+func (o operand) finish(shape []int) {
+	if o.req != nil {
+		o.req.complete(Tensor{DType: o.spec.dtype, Shape: slices.Clone(shape), Data: o.output}, nil)
+	}
+}
+
+func (c *controller) allreduce(batch []*response) error {
+	s := batch[0].spec
+	post := s.postscale
+	if s.op == Average {
+		post /= float64(c.size)
+	}
+	ops := make([]operand, len(batch))
+	for i, r := range batch {
+		ops[i] = c.operand(r.spec)
+		c.timeline.start(r.spec.name, "QUEUE", r.ready)
+		c.timeline.end(r.spec.name)
+	}
+	names := make([]string, len(batch))
+	for i, r := range batch {
+		names[i] = r.spec.name
+	}
+	phase := func(what string, f func() error) error {
+		c.timeline.startAll(names, what)
+		err := c.busy(what, f)
+		c.timeline.endAll(names)
+		return err
+	}
+	wire := c.backendPhase(kindAllreduce)
+	if len(ops) == 1 {
+		// One tensor needs no fusion buffer: reduce straight from its input into its output.
+		o := ops[0]
+		in := o.input
+		if s.prescale != 1 {
+			copy(o.output, in)
+			scale(o.output, s.dtype, s.prescale)
+			in = o.output
+		}
+		if err := phase(wire, func() error { return c.data.Allreduce(in, o.output, s.dtype, s.op.backendOp()) }); err != nil {
+			return err
+		}
+		scale(o.output, s.dtype, post)
+		o.finish(s.shape)
+		return nil
+	}
+	total := 0
+	for _, o := range ops {
+		total += len(o.output)
+	}
+	if cap(c.fusion) < total {
+		c.fusion = make([]byte, total)
+	}
+	buf := c.fusion[:total]
+	_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
+		off := 0
+		for _, o := range ops {
+			off += copy(buf[off:], o.input)
+		}
+		scale(buf, s.dtype, s.prescale)
+		return nil
+	})
+	if err := phase(wire, func() error { return c.data.Allreduce(buf, buf, s.dtype, s.op.backendOp()) }); err != nil {
+		return err
+	}
+	_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
+		scale(buf, s.dtype, post)
+		off := 0
+		for _, o := range ops {
+			off += copy(o.output, buf[off:])
+		}
+		return nil
+	})
+	for i, o := range ops {
+		o.finish(batch[i].spec.shape)
+	}
+	return nil
+}
+
+func (c *controller) allgather(r *response) error {
+	s := r.spec
+	row := s.dtype.Size()
+	for _, d := range s.shape[1:] {
+		row *= d
+	}
+	counts := make([]int, c.size)
+	rows := 0
+	for i, d := range r.firstDims {
+		counts[i] = d * row
+		rows += d
+	}
+	req := c.take(s.name)
+	var in []byte
+	if req != nil {
+		in = req.input
+	}
+	out := make([]byte, rows*row)
+	c.timeline.start(s.name, "QUEUE", r.ready)
+	c.timeline.end(s.name)
+	c.timeline.start(s.name, c.backendPhase(kindAllgather), timeNow())
+	err := c.busy("allgather", func() error { return c.data.Allgatherv(in, out, counts) })
+	c.timeline.end(s.name)
+	if err != nil {
+		return err
+	}
+	if req != nil {
+		shape := append([]int{rows}, s.shape[1:]...)
+		req.complete(Tensor{DType: s.dtype, Shape: shape, Data: out}, nil)
+	}
+	return nil
+}
+
+func (c *controller) broadcast(r *response) error {
+	s := r.spec
+	o := c.operand(s)
+	if c.rank == s.root && len(o.input) > 0 && &o.input[0] != &o.output[0] {
+		copy(o.output, o.input)
+	}
+	c.timeline.start(s.name, "QUEUE", r.ready)
+	c.timeline.end(s.name)
+	c.timeline.start(s.name, c.backendPhase(kindBroadcast), timeNow())
+	err := c.busy("broadcast", func() error { return c.data.Broadcast(o.output, s.root) })
+	c.timeline.end(s.name)
+	if err != nil {
+		return err
+	}
+	o.finish(s.shape)
+	return nil
+}
+
+func (c *controller) barrier(r *response) error {
+	req := c.take(r.spec.name)
+	if err := c.busy("barrier", c.control.Barrier); err != nil {
+		return err
+	}
+	if req != nil {
+		req.complete(Tensor{}, nil)
+	}
+	return nil
+}

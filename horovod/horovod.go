@@ -1,0 +1,139 @@
+// Package horovod is Horovod for Go: the collectives of data-parallel training (allreduce,
+// allgather, broadcast, barrier, join) with Horovod's semantics, and the distributed optimizer step
+// (Reducer) that averages a train step's named gradients through fused, optionally fp16-compressed
+// allreduces.
+//
+// A process calls Init once. Under mpirun (or srun) it joins the job over MPI; started by hand it
+// is a job of size 1 that needs no MPI. Every collective names its tensor; a background loop
+// (one per process, as Horovod's background thread) negotiates with the other ranks which named
+// operations every rank has submitted, checks that they agree on dtype, shape, op and root, fuses
+// ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes and runs them on the
+// backend. Agreement is cached, so a steady training loop exchanges a few bits per tensor per
+// step. A disagreement fails the operation with the same error on every rank, naming the tensor
+// and the ranks; nothing hangs on it.
+//
+//	hvd, err := horovod.Init()
+//	if err != nil { ... }
+//	defer hvd.Shutdown()
+//	avg, err := hvd.Allreduce("loss", t, horovod.AllreduceOptions{}) // Average is the default op
+//
+//	reducer, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
+//	grads, ready, err := reducer.Reduce(namedGradients)
+//
+// Environment (Horovod's names): HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE,
+// HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, HOROVOD_STALL_CHECK_DISABLE,
+// HOROVOD_CACHE_CAPACITY; see README.md.
+package horovod
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/local"
+	"github.com/gorovod/gorovod/horovod/mpi"
+)
+
+// Horovod is an initialized process of a job. Its methods are safe for concurrent use.
+type Horovod struct {
+	topo     backend.Topology
+	cfg      config
+	log      *log.Logger
+	ctl      *controller
+	groups   atomic.Uint64 // grouped allreduce counter: groups are numbered in call order
+	shutdown sync.Once
+	closeErr error
+}
+
+// ErrShutdown is returned for operations submitted after Shutdown on any rank.
+var ErrShutdown = errors.New("horovod: shut down")
+
+// Init joins the job the launcher started this process in (OpenMPI's mpirun, or Slurm's srun with
+// an MPI that speaks PMI), or makes a job of size 1 when no launcher did. Options override the
+// HOROVOD_* environment.
+func Init(opts ...Option) (*Horovod, error) {
+	cfg, err := configFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	control := cfg.control
+	if control == nil {
+		if control, err = openLauncherBackend(); err != nil {
+			return nil, err
+		}
+	}
+	data := control
+	if cfg.data != nil {
+		if data, err = cfg.data(control); err != nil {
+			control.Close()
+			return nil, fmt.Errorf("horovod: opening the data backend: %w", err)
+		}
+	}
+	h := &Horovod{topo: control.Topology(), cfg: cfg}
+	h.log = newLogger(cfg.logOutput, h.topo.Rank)
+	if h.ctl, err = newController(h, control, data); err != nil {
+		if data != control {
+			data.Close()
+		}
+		control.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// openLauncherBackend opens MPI when a launcher started more than one process, and checks that
+// MPI sees the job the launcher describes: an MPI without the launcher's support starts every
+// process as a job of its own, which would otherwise train N unsynchronized models.
+func openLauncherBackend() (backend.Backend, error) {
+	l, err := detectLauncher()
+	if err != nil {
+		return nil, err
+	}
+	if l.size <= 1 {
+		return local.Backend{}, nil
+	}
+	comm, err := mpi.Open()
+	if err != nil {
+		return nil, fmt.Errorf("horovod: %s started %d processes but MPI failed to initialize: %w", l.name, l.size, err)
+	}
+	if t := comm.Topology(); t.Size != l.size || t.Rank != l.rank {
+		comm.Close()
+		return nil, fmt.Errorf("horovod: %s says rank %d of %d but MPI says rank %d of %d: is this MPI built for %s?",
+			l.name, l.rank, l.size, t.Rank, t.Size, l.name)
+	}
+	return comm, nil
+}
+
+// Rank is this process's index in the job, 0..Size()-1.
+func (h *Horovod) Rank() int { return h.topo.Rank }
+
+// Size is the number of processes in the job.
+func (h *Horovod) Size() int { return h.topo.Size }
+
+// LocalRank is this process's index among the processes on its machine (pick the GPU with it).
+func (h *Horovod) LocalRank() int { return h.topo.LocalRank }
+
+// LocalSize is the number of processes on this machine.
+func (h *Horovod) LocalSize() int { return h.topo.LocalSize }
+
+// CrossRank is the index of this machine among those running a process of this LocalRank.
+func (h *Horovod) CrossRank() int { return h.topo.CrossRank }
+
+// CrossSize is the number of machines running a process of this LocalRank.
+func (h *Horovod) CrossSize() int { return h.topo.CrossSize }
+
+// Backend names the engine that moves tensors ("mpi", "local", "nccl").
+func (h *Horovod) Backend() string { return h.ctl.data.Name() }
+
+// Shutdown stops the background loop on every rank (operations still waiting fail with
+// ErrShutdown), writes the timeline and closes the backends. Later calls return the first result.
+func (h *Horovod) Shutdown() error {
+	h.shutdown.Do(func() { h.closeErr = h.ctl.shutdown() })
+	return h.closeErr
+}

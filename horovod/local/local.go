@@ -1,0 +1,58 @@
+// Package local is the backend of a job of one process: every collective is a copy or nothing,
+// and no MPI library is touched. horovod.Init picks it when no launcher started the process.
+package local
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// Backend is a job of size 1. The zero value is ready to use.
+type Backend struct{}
+
+var _ backend.Backend = Backend{}
+
+// Name is "local".
+func (Backend) Name() string { return "local" }
+
+// Topology is rank 0 of 1 everywhere.
+func (Backend) Topology() backend.Topology {
+	return backend.Topology{Size: 1, LocalSize: 1, CrossSize: 1}
+}
+
+// Allreduce over one rank is the identity.
+func (Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	if !dt.Valid() || len(send) != len(recv) || len(send)%dt.Size() != 0 {
+		return fmt.Errorf("local: allreduce of %d bytes into %d bytes of %v", len(send), len(recv), dt)
+	}
+	copy(recv, send)
+	return nil
+}
+
+// Broadcast from rank 0 to itself leaves buf as it is.
+func (Backend) Broadcast(buf []byte, root int) error {
+	if root != 0 {
+		return fmt.Errorf("local: broadcast root %d in a job of size 1", root)
+	}
+	return nil
+}
+
+// Allgatherv of one rank copies send.
+func (Backend) Allgatherv(send, recv []byte, counts []int) error {
+	if len(counts) != 1 || counts[0] != len(send) || len(recv) != len(send) {
+		return fmt.Errorf("local: allgatherv of %d bytes into %d with counts %v", len(send), len(recv), counts)
+	}
+	copy(recv, send)
+	return nil
+}
+
+// Barrier has nobody to wait for.
+func (Backend) Barrier() error { return nil }
+
+// Abort exits the process.
+func (Backend) Abort(code int) { os.Exit(code) }
+
+// Close has nothing to release.
+func (Backend) Close() error { return nil }

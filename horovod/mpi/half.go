@@ -1,0 +1,45 @@
+package mpi
+
+import "C"
+
+import (
+	"math"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// halfBlock is how many halves are widened at a time, on the stack of the MPI thread.
+const halfBlock = 2048
+
+// hvdHalfReduce is the body of the float16 MPI operators: inout[i] = op(in[i], inout[i]),
+// computed in float32 and rounded back to nearest even. MPI calls it on the MPI thread.
+//
+//export hvdHalfReduce
+func hvdHalfReduce(in, inout unsafe.Pointer, n C.int, op C.int) {
+	a := unsafe.Slice((*uint16)(in), int(n))
+	b := unsafe.Slice((*uint16)(inout), int(n))
+	var fa, fb [halfBlock]float32
+	for off := 0; off < len(a); off += halfBlock {
+		m := min(halfBlock, len(a)-off)
+		x, y := fa[:m], fb[:m]
+		fp16.DecodeFloat32(x, a[off:off+m])
+		fp16.DecodeFloat32(y, b[off:off+m])
+		switch backend.ReduceOp(op) {
+		case backend.Sum:
+			for i := range y {
+				y[i] += x[i]
+			}
+		case backend.Min:
+			for i := range y {
+				y[i] = float32(math.Min(float64(x[i]), float64(y[i])))
+			}
+		case backend.Max:
+			for i := range y {
+				y[i] = float32(math.Max(float64(x[i]), float64(y[i])))
+			}
+		}
+		fp16.EncodeFloat32(b[off:off+m], y)
+	}
+}

@@ -1,0 +1,251 @@
+// Package mpi is horovod's backend over OpenMPI. MPI is initialized on one dedicated, locked OS
+// thread, which then makes every MPI call of the process (Horovod's background-thread model), so
+// MPI_THREAD_SERIALIZED is all it asks of the library. float16 reductions go through custom MPI
+// operators backed by package fp16.
+//
+// The package links libmpi through pkg-config (Debian: libopenmpi-dev). A process opens the
+// backend at most once: MPI cannot be initialized again after it is finalized.
+package mpi
+
+/*
+#cgo pkg-config: ompi-c
+#include <stdlib.h>
+#include "mpi_shim.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// Error is an MPI call that failed, with MPI's own text for the code.
+type Error struct {
+	Call string // the MPI function, e.g. "MPI_Allreduce"
+	Code int
+	Text string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("mpi: %s failed (code %d): %s", e.Call, e.Code, e.Text)
+}
+
+func mpiError(call string, rc C.int) error {
+	if rc == 0 {
+		return nil
+	}
+	buf := (*C.char)(C.malloc(512))
+	defer C.free(unsafe.Pointer(buf))
+	C.hvd_mpi_error_string(rc, buf, 512)
+	return &Error{Call: call, Code: int(rc), Text: C.GoString(buf)}
+}
+
+// ErrClosed is returned by calls on a Comm after Close.
+var ErrClosed = errors.New("mpi: communicator is closed")
+
+var opened sync.Once
+
+// Comm is MPI_COMM_WORLD (duplicated, so that horovod's traffic never matches the application's),
+// driven from its own OS thread. It implements backend.Backend.
+type Comm struct {
+	topo   backend.Topology
+	calls  chan func()
+	mu     sync.Mutex // guards closed against concurrent Close/Do
+	closed bool
+}
+
+var _ backend.Backend = (*Comm)(nil)
+
+// Open initializes MPI on a new dedicated OS thread and returns the world communicator. It fails
+// if called a second time in the same process.
+func Open() (*Comm, error) {
+	first := false
+	opened.Do(func() { first = true })
+	if !first {
+		return nil, errors.New("mpi: Open called twice: MPI can be initialized once per process")
+	}
+	c := &Comm{calls: make(chan func())}
+	ready := make(chan error)
+	go c.serve(ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// serve is the MPI thread: it initializes MPI, then runs the calls sent to it until Close.
+func (c *Comm) serve(ready chan<- error) {
+	// Never unlocked: when serve returns after MPI_Finalize, the thread exits with it.
+	runtime.LockOSThread()
+	var t C.hvd_topology
+	if err := mpiError("MPI_Init_thread", C.hvd_mpi_init(&t)); err != nil {
+		ready <- err
+		return
+	}
+	if t.thread_level < C.hvd_mpi_thread_serialized() {
+		ready <- fmt.Errorf("mpi: the library provides thread level %d, below MPI_THREAD_SERIALIZED", int(t.thread_level))
+		return
+	}
+	c.topo = backend.Topology{
+		Rank: int(t.rank), Size: int(t.size),
+		LocalRank: int(t.local_rank), LocalSize: int(t.local_size),
+		CrossRank: int(t.cross_rank), CrossSize: int(t.cross_size),
+	}
+	ready <- nil
+	for f := range c.calls {
+		f()
+	}
+}
+
+// Do runs f on the MPI thread and waits for it. It is the way for code with MPI calls of its own
+// (a cgo benchmark reference, a test's raw MPI cross-check) to respect the thread model. While
+// horovod's background loop drives this Comm, f must not make collective calls: they would
+// interleave with horovod's on the other ranks.
+func (c *Comm) Do(f func()) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	done := make(chan struct{})
+	c.calls <- func() {
+		defer close(done)
+		f()
+	}
+	<-done
+	return nil
+}
+
+func (c *Comm) call(name string, f func() C.int) error {
+	var rc C.int
+	if err := c.Do(func() { rc = f() }); err != nil {
+		return err
+	}
+	return mpiError(name, rc)
+}
+
+// Name is "mpi".
+func (c *Comm) Name() string { return "mpi" }
+
+// Topology is the process's place in MPI_COMM_WORLD; local means sharing memory with this process.
+func (c *Comm) Topology() backend.Topology { return c.topo }
+
+// maxCount is the largest element count one MPI call takes (counts are C ints).
+const maxCount = math.MaxInt32
+
+func ptr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+// Allreduce reduces in chunks of at most 2^31-1 elements; a send aliasing recv is MPI_IN_PLACE.
+func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	es := dt.Size()
+	if es == 0 {
+		return fmt.Errorf("mpi: allreduce of invalid dtype %v", dt)
+	}
+	if len(send) != len(recv) || len(send)%es != 0 {
+		return fmt.Errorf("mpi: allreduce of %d bytes into %d bytes of %v", len(send), len(recv), dt)
+	}
+	inPlace := len(send) > 0 && &send[0] == &recv[0]
+	for off := 0; off < len(recv); {
+		n := min((len(recv)-off)/es, maxCount)
+		s, r := send[off:off+n*es], recv[off:off+n*es]
+		if inPlace {
+			s = r
+		}
+		if err := c.call("MPI_Allreduce", func() C.int {
+			return C.hvd_mpi_allreduce(ptr(s), ptr(r), C.int(n), C.int(dt), C.int(op))
+		}); err != nil {
+			return err
+		}
+		off += n * es
+	}
+	return nil
+}
+
+// Broadcast sends root's buf in chunks of at most 2^31-1 bytes.
+func (c *Comm) Broadcast(buf []byte, root int) error {
+	if root < 0 || root >= c.topo.Size {
+		return fmt.Errorf("mpi: broadcast root %d outside 0..%d", root, c.topo.Size-1)
+	}
+	for off := 0; off < len(buf); {
+		n := min(len(buf)-off, maxCount)
+		b := buf[off : off+n]
+		if err := c.call("MPI_Bcast", func() C.int { return C.hvd_mpi_bcast(ptr(b), C.int(n), C.int(root)) }); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints).
+func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
+	if len(counts) != c.topo.Size {
+		return fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
+	}
+	cc := make([]C.int, 2*len(counts)) // counts, then displacements, in C memory layout
+	total := 0
+	for r, n := range counts {
+		if n < 0 || total+n > maxCount {
+			return fmt.Errorf("mpi: allgatherv of %d bytes from rank %d (total above 2^31-1 bytes or negative)", n, r)
+		}
+		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
+		total += n
+	}
+	if counts[c.topo.Rank] != len(send) || total != len(recv) {
+		return fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
+	}
+	if total == 0 {
+		return nil
+	}
+	// MPI reads the send pointer even for a zero count in some implementations: give it valid memory.
+	sp := ptr(send)
+	if sp == nil {
+		sp = ptr(recv)
+	}
+	return c.call("MPI_Allgatherv", func() C.int {
+		return C.hvd_mpi_allgatherv(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)])
+	})
+}
+
+// Barrier is MPI_Barrier.
+func (c *Comm) Barrier() error {
+	return c.call("MPI_Barrier", func() C.int { return C.hvd_mpi_barrier() })
+}
+
+// Abort is MPI_Abort, called from the caller's thread: the MPI thread may be blocked in a
+// collective that will never complete, which is usually why Abort is called.
+func (c *Comm) Abort(code int) {
+	C.hvd_mpi_abort(C.int(code))
+	select {} // MPI_Abort does not return; if it did, never let the caller carry on.
+}
+
+// Close finalizes MPI and ends the MPI thread.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.mu.Unlock()
+	var rc C.int
+	done := make(chan struct{})
+	c.calls <- func() { rc = C.hvd_mpi_finalize(); close(done) }
+	<-done
+	c.mu.Lock()
+	c.closed = true
+	close(c.calls)
+	c.mu.Unlock()
+	return mpiError("MPI_Finalize", rc)
+}

@@ -1,0 +1,133 @@
+#include "mpi_shim.h"
+
+#include <mpi.h>
+#include <string.h>
+
+static MPI_Comm world = MPI_COMM_NULL;
+static MPI_Datatype half_type = MPI_DATATYPE_NULL;
+static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL;
+static int we_initialized = 0;
+
+// The float16 operators call back into Go (package fp16, with its F16C path) once per block that
+// MPI hands them, so the conversion code exists once. Each widens both operands to float32,
+// combines them and narrows the result with round-to-nearest-even, as Horovod's float16 sum does.
+extern void hvdHalfReduce(void *in, void *inout, int len, int op);
+
+static void half_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+	(void)dt;
+	hvdHalfReduce(in, inout, *len, HVD_SUM);
+}
+
+static void half_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+	(void)dt;
+	hvdHalfReduce(in, inout, *len, HVD_MIN);
+}
+
+static void half_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+	(void)dt;
+	hvdHalfReduce(in, inout, *len, HVD_MAX);
+}
+
+int hvd_mpi_init(hvd_topology *topo) {
+	int err, initialized = 0;
+	MPI_Initialized(&initialized);
+	if (!initialized) {
+		// Every MPI call of this process is made from one OS thread, the one calling this.
+		err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &topo->thread_level);
+		if (err != MPI_SUCCESS) return err;
+		we_initialized = 1;
+	} else {
+		MPI_Query_thread(&topo->thread_level);
+	}
+	if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &world)) != MPI_SUCCESS) return err;
+	// Errors come back as codes that Go turns into errors, instead of MPI aborting the job.
+	MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(world, &topo->rank);
+	MPI_Comm_size(world, &topo->size);
+
+	MPI_Comm local, cross;
+	if ((err = MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, topo->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS) return err;
+	MPI_Comm_rank(local, &topo->local_rank);
+	MPI_Comm_size(local, &topo->local_size);
+	if ((err = MPI_Comm_split(world, topo->local_rank, topo->rank, &cross)) != MPI_SUCCESS) return err;
+	MPI_Comm_rank(cross, &topo->cross_rank);
+	MPI_Comm_size(cross, &topo->cross_size);
+	MPI_Comm_free(&local);
+	MPI_Comm_free(&cross);
+
+	if ((err = MPI_Type_contiguous(2, MPI_BYTE, &half_type)) != MPI_SUCCESS) return err;
+	MPI_Type_commit(&half_type);
+	MPI_Op_create(half_sum_fn, 1, &half_sum);
+	MPI_Op_create(half_min_fn, 1, &half_min);
+	MPI_Op_create(half_max_fn, 1, &half_max);
+	return MPI_SUCCESS;
+}
+
+static MPI_Datatype mpi_type(int dtype) {
+	switch (dtype) {
+	case HVD_UINT8: return MPI_UINT8_T;
+	case HVD_INT8: return MPI_INT8_T;
+	case HVD_INT32: return MPI_INT32_T;
+	case HVD_INT64: return MPI_INT64_T;
+	case HVD_FLOAT16: return half_type;
+	case HVD_FLOAT32: return MPI_FLOAT;
+	case HVD_FLOAT64: return MPI_DOUBLE;
+	}
+	return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(int dtype, int op) {
+	if (dtype == HVD_FLOAT16) {
+		switch (op) {
+		case HVD_SUM: return half_sum;
+		case HVD_MIN: return half_min;
+		case HVD_MAX: return half_max;
+		}
+		return MPI_OP_NULL;
+	}
+	switch (op) {
+	case HVD_SUM: return MPI_SUM;
+	case HVD_MIN: return MPI_MIN;
+	case HVD_MAX: return MPI_MAX;
+	}
+	return MPI_OP_NULL;
+}
+
+int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op) {
+	MPI_Datatype t = mpi_type(dtype);
+	MPI_Op o = mpi_op(dtype, op);
+	if (t == MPI_DATATYPE_NULL) return MPI_ERR_TYPE;
+	if (o == MPI_OP_NULL) return MPI_ERR_OP;
+	return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, count, t, o, world);
+}
+
+int hvd_mpi_bcast(void *buf, int count, int root) { return MPI_Bcast(buf, count, MPI_BYTE, root, world); }
+
+int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs) {
+	return MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world);
+}
+
+int hvd_mpi_barrier(void) { return MPI_Barrier(world); }
+
+void hvd_mpi_abort(int code) { MPI_Abort(world == MPI_COMM_NULL ? MPI_COMM_WORLD : world, code); }
+
+int hvd_mpi_finalize(void) {
+	MPI_Op_free(&half_sum);
+	MPI_Op_free(&half_min);
+	MPI_Op_free(&half_max);
+	MPI_Type_free(&half_type);
+	MPI_Comm_free(&world);
+	if (!we_initialized) return MPI_SUCCESS;
+	return MPI_Finalize();
+}
+
+void hvd_mpi_error_string(int code, char *buf, int len) {
+	int n = 0;
+	char tmp[MPI_MAX_ERROR_STRING];
+	if (MPI_Error_string(code, tmp, &n) != MPI_SUCCESS) n = 0;
+	if (n >= len) n = len - 1;
+	memcpy(buf, tmp, n);
+	buf[n] = 0;
+}
+
+int hvd_mpi_thread_serialized(void) { return MPI_THREAD_SERIALIZED; }

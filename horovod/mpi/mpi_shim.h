@@ -1,0 +1,33 @@
+// C side of package mpi: thin wrappers that keep MPI handles (which are pointers in OpenMPI and
+// integers elsewhere) out of Go, and the float16 reduction operators.
+#ifndef GOROVOD_MPI_SHIM_H
+#define GOROVOD_MPI_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Element types, in the numbering of horovod/backend.DType.
+enum { HVD_UINT8 = 1, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64 };
+// Reductions, in the numbering of horovod/backend.ReduceOp.
+enum { HVD_SUM = 1, HVD_MIN, HVD_MAX };
+
+typedef struct {
+	int rank, size, local_rank, local_size, cross_rank, cross_size;
+	int thread_level;
+} hvd_topology;
+
+// hvd_mpi_init initializes MPI (unless already initialized), duplicates MPI_COMM_WORLD with
+// MPI_ERRORS_RETURN, splits the local and cross communicators and creates the float16 type and ops.
+int hvd_mpi_init(hvd_topology *topo);
+int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op);
+int hvd_mpi_bcast(void *buf, int count, int root);
+int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs);
+int hvd_mpi_barrier(void);
+void hvd_mpi_abort(int code);
+// hvd_mpi_thread_serialized is MPI_THREAD_SERIALIZED, the level this package needs.
+int hvd_mpi_thread_serialized(void);
+int hvd_mpi_finalize(void);
+// hvd_mpi_error_string writes MPI's text for an error code into buf (NUL-terminated).
+void hvd_mpi_error_string(int code, char *buf, int len);
+
+#endif

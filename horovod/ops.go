@@ -1,0 +1,207 @@
+package horovod
+
+import (
+	"fmt"
+	"slices"
+)
+
+// AllreduceOptions are Horovod's allreduce arguments. The zero value averages with no scaling.
+type AllreduceOptions struct {
+	Op ReduceOp
+	// Prescale multiplies each rank's input before the reduction, Postscale the result after it
+	// (after the division of Average); 0 means 1.
+	Prescale, Postscale float64
+}
+
+func (o AllreduceOptions) factors() (pre, post float64) {
+	pre, post = o.Prescale, o.Postscale
+	if pre == 0 {
+		pre = 1
+	}
+	if post == 0 {
+		post = 1
+	}
+	return pre, post
+}
+
+// Handle is an operation in flight; Wait returns its result.
+type Handle struct{ req *request }
+
+// Wait blocks until the operation completes on this rank.
+func (h *Handle) Wait() (Tensor, error) {
+	<-h.req.done
+	return h.req.result, h.req.err
+}
+
+func (h *Horovod) allreduceRequest(name, group string, groupSize int, t Tensor, o AllreduceOptions) (*request, error) {
+	if err := checkOperand("allreduce", name, t); err != nil {
+		return nil, err
+	}
+	if o.Op > Max {
+		return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
+	}
+	pre, post := o.factors()
+	return &request{
+		spec: spec{name: name, kind: kindAllreduce, dtype: t.DType, shape: slices.Clone(t.Shape), op: o.Op,
+			prescale: pre, postscale: post, group: group, groupSize: groupSize},
+		input: t.Data,
+	}, nil
+}
+
+func checkOperand(op, name string, t Tensor) error {
+	if name == "" {
+		return &Error{Op: op, Reason: "every operation needs a name, the same on every rank"}
+	}
+	if err := t.check(); err != nil {
+		return &Error{Op: op, Tensor: name, Reason: err.Error()}
+	}
+	return nil
+}
+
+// AllreduceAsync submits an allreduce of t (not modified; it must stay unchanged until the handle
+// completes) and returns at once. Every rank must submit an allreduce of the same name, dtype and
+// shape with the same options.
+func (h *Horovod) AllreduceAsync(name string, t Tensor, o AllreduceOptions) (*Handle, error) {
+	req, err := h.allreduceRequest(name, "", 0, t, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.ctl.submit(req); err != nil {
+		return nil, err
+	}
+	return &Handle{req}, nil
+}
+
+// Allreduce reduces t across ranks and returns the result in a new tensor.
+func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, error) {
+	hd, err := h.AllreduceAsync(name, t, o)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return hd.Wait()
+}
+
+// GroupedAllreduce reduces the tensors as one unit: they are negotiated together and execute in
+// the same round (fused where they fit the threshold), never split across steps. Every rank must
+// group the same names.
+func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tensor, error) {
+	group := fmt.Sprintf("group.%d", h.groups.Add(1))
+	reqs := make([]*request, len(ts))
+	for i, t := range ts {
+		req, err := h.allreduceRequest(t.Name, group, len(ts), t.Tensor, o)
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = req
+	}
+	if err := h.ctl.submit(reqs...); err != nil {
+		return nil, err
+	}
+	return waitAll(reqs)
+}
+
+func waitAll(reqs []*request) ([]Tensor, error) {
+	out := make([]Tensor, len(reqs))
+	var first error
+	for i, r := range reqs {
+		<-r.done
+		out[i] = r.result
+		if r.err != nil && first == nil {
+			first = r.err
+		}
+	}
+	return out, first
+}
+
+// AllgatherAsync submits an allgather of t along its first dimension, which may differ between
+// ranks; the other dimensions and the dtype must agree.
+func (h *Horovod) AllgatherAsync(name string, t Tensor) (*Handle, error) {
+	if err := checkOperand("allgather", name, t); err != nil {
+		return nil, err
+	}
+	req := &request{spec: spec{name: name, kind: kindAllgather, dtype: t.DType, shape: slices.Clone(t.Shape)}, input: t.Data}
+	if err := h.ctl.submit(req); err != nil {
+		return nil, err
+	}
+	return &Handle{req}, nil
+}
+
+// Allgather concatenates every rank's t along the first dimension, in rank order.
+func (h *Horovod) Allgather(name string, t Tensor) (Tensor, error) {
+	hd, err := h.AllgatherAsync(name, t)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return hd.Wait()
+}
+
+func (h *Horovod) broadcastRequest(name string, t Tensor, root int, inPlace bool) (*request, error) {
+	if err := checkOperand("broadcast", name, t); err != nil {
+		return nil, err
+	}
+	if root < 0 || root >= h.Size() {
+		return nil, &Error{Op: "broadcast", Tensor: name, Reason: fmt.Sprintf("root rank %d outside 0..%d", root, h.Size()-1)}
+	}
+	req := &request{spec: spec{name: name, kind: kindBroadcast, dtype: t.DType, shape: slices.Clone(t.Shape), root: root}, input: t.Data}
+	if inPlace {
+		req.output = t.Data
+	}
+	return req, nil
+}
+
+// BroadcastAsync submits a broadcast of root's t; every rank passes a tensor of the same dtype
+// and shape (its contents are ignored except on root).
+func (h *Horovod) BroadcastAsync(name string, t Tensor, root int) (*Handle, error) {
+	req, err := h.broadcastRequest(name, t, root, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.ctl.submit(req); err != nil {
+		return nil, err
+	}
+	return &Handle{req}, nil
+}
+
+// Broadcast returns root's t on every rank, in a new tensor.
+func (h *Horovod) Broadcast(name string, t Tensor, root int) (Tensor, error) {
+	hd, err := h.BroadcastAsync(name, t, root)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return hd.Wait()
+}
+
+// BroadcastVariables overwrites every rank's variables with root's, in place: the initial
+// synchronization of a data-parallel job (Horovod's broadcast_variables). The broadcasts are
+// submitted together and named "broadcast/" + the variable's name.
+func (h *Horovod) BroadcastVariables(vars []NamedTensor, root int) error {
+	reqs := make([]*request, len(vars))
+	for i, v := range vars {
+		req, err := h.broadcastRequest("broadcast/"+v.Name, v.Tensor, root, true)
+		if err != nil {
+			return err
+		}
+		reqs[i] = req
+	}
+	if err := h.ctl.submit(reqs...); err != nil {
+		return err
+	}
+	_, err := waitAll(reqs)
+	return err
+}
+
+// Barrier returns once every rank has called it. Calls from concurrent goroutines of one rank
+// are an error (a duplicate name), as in Horovod.
+func (h *Horovod) Barrier() error {
+	req := &request{spec: spec{name: "horovod.barrier", kind: kindBarrier}}
+	if err := h.ctl.submit(req); err != nil {
+		return err
+	}
+	<-req.done
+	return req.err
+}
+
+// Join tells the other ranks that this one has run out of data: until every rank has joined, it
+// takes part in their allreduces with zeros (Average still divides by Size) and in their
+// allgathers with no rows. It returns, on every rank, the rank that joined last.
+func (h *Horovod) Join() (lastRank int, err error) { return h.ctl.join() }

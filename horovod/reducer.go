@@ -1,0 +1,238 @@
+package horovod
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// ReducerOptions configure the distributed optimizer step (Horovod's DistributedOptimizer
+// arguments). The zero value averages uncompressed gradients every step.
+type ReducerOptions struct {
+	// Op is Average (the default) or Sum.
+	Op ReduceOp
+	// Compression puts floating gradients on the wire as float16.
+	Compression Compression
+	// GradientPredivideFactor splits averaging into a division by the factor before the sum
+	// and by Size/factor after it, to keep large sums in range; 0 means 1. Average only.
+	GradientPredivideFactor float64
+	// BackwardPassesPerStep accumulates this many calls of Reduce locally before one allreduce;
+	// 0 means 1.
+	BackwardPassesPerStep int
+	// AverageAggregatedGradients divides the locally accumulated gradients by
+	// BackwardPassesPerStep before the allreduce (Horovod's average_aggregated_gradients).
+	AverageAggregatedGradients bool
+	// Prefix is prepended to each gradient's name on the wire; "" means "gradients/".
+	Prefix string
+}
+
+// Reducer averages the named per-variable gradients of each train step across ranks: the
+// allreduce of Horovod's DistributedOptimizer. All gradients of a step are submitted at once, so
+// they negotiate in one round and fuse into buffers of up to the fusion threshold. A Reducer is
+// not safe for concurrent use.
+type Reducer struct {
+	h      *Horovod
+	opts   ReducerOptions
+	passes int                     // backward passes accumulated in this step
+	accum  map[string]*NamedTensor // running sums while passes < BackwardPassesPerStep
+	first  []NamedTensor           // the first pass's tensors (names, dtypes, shapes) of this step
+	bufs   map[string]*reducerBuffers
+}
+
+// reducerBuffers are one gradient's reusable wire and result memory.
+type reducerBuffers struct {
+	wire, out []byte
+}
+
+// NewReducer checks opts and returns a Reducer.
+func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
+	if opts.Op != Average && opts.Op != Sum {
+		return nil, fmt.Errorf("horovod: reducer op %v: gradients are averaged or summed", opts.Op)
+	}
+	if opts.Compression > FP16Compression {
+		return nil, fmt.Errorf("horovod: unknown compression %v", opts.Compression)
+	}
+	if opts.GradientPredivideFactor == 0 {
+		opts.GradientPredivideFactor = 1
+	}
+	if opts.GradientPredivideFactor < 0 {
+		return nil, fmt.Errorf("horovod: gradient predivide factor %v is negative", opts.GradientPredivideFactor)
+	}
+	if opts.GradientPredivideFactor != 1 && opts.Op != Average {
+		return nil, errors.New("horovod: gradient predivide factor applies to Average only")
+	}
+	if opts.BackwardPassesPerStep == 0 {
+		opts.BackwardPassesPerStep = 1
+	}
+	if opts.BackwardPassesPerStep < 0 {
+		return nil, fmt.Errorf("horovod: backward passes per step %d is negative", opts.BackwardPassesPerStep)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "gradients/"
+	}
+	return &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}, bufs: map[string]*reducerBuffers{}}, nil
+}
+
+// Reduce takes one backward pass's gradients. On the last pass of a step (every pass when
+// BackwardPassesPerStep is 1) it returns the reduced gradients, in the order given, and ready ==
+// true; on the other passes it accumulates them locally and returns ready == false. The returned
+// tensors are owned by the Reducer and stay valid until the next call of Reduce.
+func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool, err error) {
+	seen := make(map[string]bool, len(grads))
+	for _, g := range grads {
+		if seen[g.Name] {
+			return nil, false, fmt.Errorf("horovod: reducer: gradient %q given twice", g.Name)
+		}
+		seen[g.Name] = true
+		if err := checkOperand("allreduce", r.opts.Prefix+g.Name, g.Tensor); err != nil {
+			return nil, false, err
+		}
+	}
+	if r.opts.BackwardPassesPerStep > 1 {
+		if err := r.accumulate(grads); err != nil {
+			r.passes, r.first = 0, nil
+			return nil, false, err
+		}
+		if r.passes < r.opts.BackwardPassesPerStep {
+			return nil, false, nil
+		}
+		grads = make([]NamedTensor, len(r.first))
+		for i, g := range r.first {
+			grads[i] = *r.accum[g.Name]
+			if r.opts.AverageAggregatedGradients {
+				scale(grads[i].Data, grads[i].DType, 1/float64(r.opts.BackwardPassesPerStep))
+			}
+		}
+		r.passes, r.first = 0, nil
+	}
+	out, err := r.allreduce(grads)
+	return out, err == nil, err
+}
+
+// accumulate adds one pass into the running sums, checking it has the first pass's variables.
+func (r *Reducer) accumulate(grads []NamedTensor) error {
+	if r.passes == 0 {
+		r.first = make([]NamedTensor, len(grads))
+		for i, g := range grads {
+			r.first[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape)}}
+			a := r.accum[g.Name]
+			if a == nil || a.DType != g.DType || len(a.Data) != len(g.Data) {
+				a = &NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Data: make([]byte, len(g.Data))}}
+				r.accum[g.Name] = a
+			}
+			a.Shape = slices.Clone(g.Shape)
+			copy(a.Data, g.Data)
+		}
+		r.passes = 1
+		return nil
+	}
+	if len(grads) != len(r.first) {
+		return fmt.Errorf("horovod: reducer: backward pass %d has %d gradients, the first pass of the step had %d", r.passes+1, len(grads), len(r.first))
+	}
+	for _, g := range grads {
+		a := r.accum[g.Name]
+		if a == nil {
+			return fmt.Errorf("horovod: reducer: gradient %q appears in backward pass %d but not in the first pass of the step", g.Name, r.passes+1)
+		}
+		if a.DType != g.DType || !slices.Equal(a.Shape, g.Shape) {
+			return fmt.Errorf("horovod: reducer: gradient %q is %v%v in backward pass %d but %v%v in the first", g.Name, g.DType, g.Shape, r.passes+1, a.DType, a.Shape)
+		}
+		addInto(a.Data, g.Data, g.DType)
+	}
+	r.passes++
+	return nil
+}
+
+func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
+	pre := 1 / r.opts.GradientPredivideFactor
+	post := r.opts.GradientPredivideFactor
+	reqs := make([]*request, len(grads))
+	for i, g := range grads {
+		b := r.bufs[g.Name]
+		if b == nil {
+			b = &reducerBuffers{}
+			r.bufs[g.Name] = b
+		}
+		b.out = grow(b.out, len(g.Data))
+		wire := g.Tensor
+		op := AllreduceOptions{Op: r.opts.Op, Prescale: pre, Postscale: post}
+		if r.opts.Compression.compresses(g.DType) {
+			b.wire = grow(b.wire, 2*g.NumElements())
+			compress(b.wire, g.Data, g.DType)
+			wire = Tensor{DType: Float16, Shape: g.Shape, Data: b.wire}
+			// Sum in float16, then scale while widening: the division of Average happens at
+			// full precision.
+			op = AllreduceOptions{Op: Sum, Prescale: pre}
+		}
+		req, err := r.h.allreduceRequest(r.opts.Prefix+g.Name, "", 0, wire, op)
+		if err != nil {
+			return nil, err
+		}
+		req.output = b.out
+		if r.opts.Compression.compresses(g.DType) {
+			req.output = b.wire // reduced in place, then widened into out
+		}
+		reqs[i] = req
+	}
+	if err := r.h.ctl.submit(reqs...); err != nil {
+		return nil, err
+	}
+	results, err := waitAll(reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]NamedTensor, len(grads))
+	for i, g := range grads {
+		b := r.bufs[g.Name]
+		if r.opts.Compression.compresses(g.DType) {
+			factor := post
+			if r.opts.Op == Average {
+				factor /= float64(r.h.Size())
+			}
+			decompress(b.out, results[i].Data, g.DType, factor)
+		}
+		out[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape), Data: b.out}}
+	}
+	return out, nil
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// addInto adds src into dst elementwise (local gradient accumulation).
+func addInto(dst, src []byte, dt DType) {
+	if len(dst) == 0 {
+		return
+	}
+	switch dt {
+	case Float32:
+		addSlices(view[float32](dst), view[float32](src))
+	case Float64:
+		addSlices(view[float64](dst), view[float64](src))
+	case Int32:
+		addSlices(view[int32](dst), view[int32](src))
+	case Int64:
+		addSlices(view[int64](dst), view[int64](src))
+	case Int8:
+		addSlices(view[int8](dst), view[int8](src))
+	case Uint8:
+		addSlices(view[uint8](dst), view[uint8](src))
+	case Float16:
+		d, s := view[uint16](dst), view[uint16](src)
+		for i := range d {
+			d[i] = fp16.FromFloat32(fp16.ToFloat32(d[i]) + fp16.ToFloat32(s[i]))
+		}
+	}
+}
+
+func addSlices[T int8 | uint8 | int32 | int64 | float32 | float64](dst, src []T) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}

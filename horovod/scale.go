@@ -1,0 +1,61 @@
+package horovod
+
+import (
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// scale multiplies every element of buf by f in place (Horovod's prescale and postscale). Floats
+// are scaled in float64 and rounded once; integers are scaled in float64 and truncated toward
+// zero, as Horovod's C++ does; float16 is scaled in float32, blockwise through package fp16.
+func scale(buf []byte, dt DType, f float64) {
+	if f == 1 || len(buf) == 0 {
+		return
+	}
+	switch dt {
+	case Float32:
+		v := view[float32](buf)
+		for i := range v {
+			v[i] = float32(float64(v[i]) * f)
+		}
+	case Float64:
+		v := view[float64](buf)
+		for i := range v {
+			v[i] *= f
+		}
+	case Float16:
+		h := view[uint16](buf)
+		var block [2048]float32
+		f32 := float32(f)
+		for off := 0; off < len(h); off += len(block) {
+			part := h[off:min(off+len(block), len(h))]
+			x := block[:len(part)]
+			fp16.DecodeFloat32(x, part)
+			for i := range x {
+				x[i] *= f32
+			}
+			fp16.EncodeFloat32(part, x)
+		}
+	case Int32:
+		scaleInts(view[int32](buf), f)
+	case Int64:
+		scaleInts(view[int64](buf), f)
+	case Int8:
+		scaleInts(view[int8](buf), f)
+	case Uint8:
+		scaleInts(view[uint8](buf), f)
+	}
+}
+
+func scaleInts[T int8 | uint8 | int32 | int64](v []T, f float64) {
+	for i := range v {
+		v[i] = T(float64(v[i]) * f)
+	}
+}
+
+// view reinterprets buf (whose length is a multiple of T's size) as a []T without copying.
+func view[T any](buf []byte) []T {
+	var zero T
+	return unsafe.Slice((*T)(unsafe.Pointer(&buf[0])), len(buf)/int(unsafe.Sizeof(zero)))
+}

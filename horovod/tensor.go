@@ -1,0 +1,123 @@
+package horovod
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// DType is the element type of a Tensor (see package backend for the list).
+type DType = backend.DType
+
+// The element types horovod moves. Float16 tensors hold IEEE binary16 bit patterns (package fp16).
+const (
+	Uint8   = backend.Uint8
+	Int8    = backend.Int8
+	Int32   = backend.Int32
+	Int64   = backend.Int64
+	Float16 = backend.Float16
+	Float32 = backend.Float32
+	Float64 = backend.Float64
+)
+
+// Tensor is a dense row-major array in host memory: what TensorFlow hands back for a gradient.
+// Data holds exactly NumElements()*DType.Size() bytes.
+type Tensor struct {
+	DType DType
+	Shape []int
+	Data  []byte
+}
+
+// NamedTensor is a tensor with the name every rank knows it by (a variable's name, say). Names
+// are what ranks agree on, so they must be identical across ranks and unique among the
+// operations a rank has in flight.
+type NamedTensor struct {
+	Name string
+	Tensor
+}
+
+// NumElements is the product of the shape (1 for a scalar).
+func (t Tensor) NumElements() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// check reports a tensor whose data does not match its dtype and shape.
+func (t Tensor) check() error {
+	if !t.DType.Valid() {
+		return fmt.Errorf("invalid dtype %v", t.DType)
+	}
+	for _, d := range t.Shape {
+		if d < 0 {
+			return fmt.Errorf("negative dimension in shape %v", t.Shape)
+		}
+	}
+	if want := t.NumElements() * t.DType.Size(); len(t.Data) != want {
+		return fmt.Errorf("%d bytes of data for %v%v (want %d)", len(t.Data), t.DType, t.Shape, want)
+	}
+	return nil
+}
+
+// Element is a Go type a Tensor can be viewed as. uint16 stands for float16 bit patterns.
+type Element interface {
+	uint8 | int8 | int32 | int64 | uint16 | float32 | float64
+}
+
+// DTypeOf is the DType of an Element type (uint16 is Float16).
+func DTypeOf[T Element]() DType {
+	var zero T
+	switch any(zero).(type) {
+	case uint8:
+		return Uint8
+	case int8:
+		return Int8
+	case int32:
+		return Int32
+	case int64:
+		return Int64
+	case uint16:
+		return Float16
+	case float32:
+		return Float32
+	case float64:
+		return Float64
+	}
+	panic("unreachable: Element lists exactly the cases above")
+}
+
+// NewTensor wraps values (not copied: the tensor aliases them) as a tensor of the given shape.
+// A nil shape means a vector of len(values).
+func NewTensor[T Element](shape []int, values []T) (Tensor, error) {
+	if shape == nil {
+		shape = []int{len(values)}
+	}
+	var data []byte
+	if len(values) > 0 {
+		data = unsafe.Slice((*byte)(unsafe.Pointer(&values[0])), len(values)*int(unsafe.Sizeof(values[0])))
+	}
+	t := Tensor{DType: DTypeOf[T](), Shape: append([]int(nil), shape...), Data: data}
+	if err := t.check(); err != nil {
+		return Tensor{}, fmt.Errorf("horovod: NewTensor: %w", err)
+	}
+	return t, nil
+}
+
+// Values views t's data as a []T (not copied). T must match t.DType.
+func Values[T Element](t Tensor) ([]T, error) {
+	if want := DTypeOf[T](); t.DType != want {
+		return nil, fmt.Errorf("horovod: tensor of %v viewed as %v", t.DType, want)
+	}
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if len(t.Data)%size != 0 {
+		return nil, fmt.Errorf("horovod: %d bytes are not a whole number of %v", len(t.Data), t.DType)
+	}
+	if len(t.Data) == 0 {
+		return []T{}, nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&t.Data[0])), len(t.Data)/size), nil
+}

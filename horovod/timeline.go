@@ -1,0 +1,161 @@
+package horovod
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+var timeNow = time.Now
+
+// timeline writes Horovod's timeline: a Chrome trace (JSON array of trace events, loadable in
+// chrome://tracing and Perfetto) with one row per tensor and, on each row, the operation's phases:
+// NEGOTIATE_<OP> from the first rank's submission until every rank has submitted (an instant event
+// marks each rank's arrival), then <OP> enclosing QUEUE, MEMCPY_IN_FUSION_BUFFER, the backend's
+// <BACKEND>_<OP> and MEMCPY_OUT_FUSION_BUFFER. Only rank 0 writes one; a nil *timeline writes
+// nothing, so callers need no checks.
+type timeline struct {
+	f         *os.File
+	w         *bufio.Writer
+	origin    time.Time
+	pids      map[string]int
+	events    int
+	lastFlush time.Time
+	err       error
+}
+
+type traceEvent struct {
+	Name  string            `json:"name"`
+	Phase string            `json:"ph"`
+	TS    int64             `json:"ts"` // microseconds since the timeline began
+	PID   int               `json:"pid"`
+	TID   int               `json:"tid"`
+	Scope string            `json:"s,omitempty"`
+	Args  map[string]string `json:"args,omitempty"`
+}
+
+func newTimeline(path string) (*timeline, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("horovod: HOROVOD_TIMELINE: %w", err)
+	}
+	t := &timeline{f: f, w: bufio.NewWriter(f), origin: timeNow(), pids: map[string]int{}}
+	t.w.WriteString("[\n")
+	return t, nil
+}
+
+func (t *timeline) emit(e traceEvent) {
+	if t.err != nil {
+		return
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.err = err
+		return
+	}
+	if t.events > 0 {
+		t.w.WriteString(",\n")
+	}
+	t.events++
+	_, t.err = t.w.Write(b)
+}
+
+func (t *timeline) pid(name string) int {
+	id, ok := t.pids[name]
+	if !ok {
+		id = len(t.pids) + 1
+		t.pids[name] = id
+		t.emit(traceEvent{Name: "process_name", Phase: "M", PID: id, Args: map[string]string{"name": name}})
+	}
+	return id
+}
+
+func (t *timeline) at(ts time.Time) int64 { return ts.Sub(t.origin).Microseconds() }
+
+func (t *timeline) begin(name, phase string, ts time.Time) {
+	if t != nil {
+		t.emit(traceEvent{Name: phase, Phase: "B", TS: t.at(ts), PID: t.pid(name)})
+	}
+}
+
+func (t *timeline) finish(name string, ts time.Time) {
+	if t != nil {
+		t.emit(traceEvent{Name: "", Phase: "E", TS: t.at(ts), PID: t.pid(name)})
+	}
+}
+
+// submitted opens the negotiation of a tensor that some rank has just announced.
+func (t *timeline) submitted(name string, kind opKind, ts time.Time) {
+	t.begin(name, "NEGOTIATE_"+upper(kind), ts)
+}
+
+// arrived marks rank r's submission of name during its negotiation.
+func (t *timeline) arrived(name string, r int, ts time.Time) {
+	if t != nil {
+		t.emit(traceEvent{Name: fmt.Sprint(r), Phase: "i", Scope: "t", TS: t.at(ts), PID: t.pid(name)})
+	}
+}
+
+// negotiated closes the negotiation and opens the operation itself.
+func (t *timeline) negotiated(name string, kind opKind, ts time.Time) {
+	t.finish(name, ts)
+	t.begin(name, upper(kind), ts)
+}
+
+// done closes the operation.
+func (t *timeline) done(name string) { t.finish(name, timeNow()) }
+
+func (t *timeline) start(name, phase string, ts time.Time) { t.begin(name, phase, ts) }
+
+func (t *timeline) end(name string) { t.finish(name, timeNow()) }
+
+func (t *timeline) startAll(names []string, phase string) {
+	now := timeNow()
+	for _, n := range names {
+		t.begin(n, phase, now)
+	}
+}
+
+func (t *timeline) endAll(names []string) {
+	now := timeNow()
+	for _, n := range names {
+		t.finish(n, now)
+	}
+}
+
+// flushIfDue pushes events to the file about once a second, so a crashed job leaves a usable trace
+// (trace viewers accept an array without its closing bracket).
+func (t *timeline) flushIfDue() {
+	if t == nil || t.err != nil || time.Since(t.lastFlush) < time.Second {
+		return
+	}
+	t.lastFlush = time.Now()
+	t.err = t.w.Flush()
+}
+
+func (t *timeline) close() error {
+	if t == nil {
+		return nil
+	}
+	if t.err == nil {
+		t.w.WriteString("\n]\n")
+		t.err = t.w.Flush()
+	}
+	if err := t.f.Close(); t.err == nil {
+		t.err = err
+	}
+	if t.err != nil {
+		return fmt.Errorf("horovod: timeline %s: %w", t.f.Name(), t.err)
+	}
+	return nil
+}
+
+func upper(k opKind) string { return strings.ToUpper(k.String()) }
+
+// backendPhase names the wire phase of an operation, e.g. MPI_ALLREDUCE or NCCL_ALLREDUCE.
+func (c *controller) backendPhase(k opKind) string {
+	return strings.ToUpper(c.data.Name()) + "_" + upper(k)
+}

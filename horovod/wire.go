@@ -1,0 +1,184 @@
+package horovod
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// opKind is the collective a request asks for.
+type opKind uint8
+
+const (
+	kindAllreduce opKind = iota + 1
+	kindAllgather
+	kindBroadcast
+	kindBarrier
+)
+
+func (k opKind) String() string {
+	switch k {
+	case kindAllreduce:
+		return "allreduce"
+	case kindAllgather:
+		return "allgather"
+	case kindBroadcast:
+		return "broadcast"
+	case kindBarrier:
+		return "barrier"
+	}
+	return fmt.Sprintf("opKind(%d)", uint8(k))
+}
+
+// spec is what a rank says about one named operation during negotiation: everything that must
+// agree across ranks before data moves (for allgather, all but the first dimension).
+type spec struct {
+	name      string
+	kind      opKind
+	dtype     DType
+	shape     []int
+	op        ReduceOp
+	prescale  float64
+	postscale float64
+	root      int
+	group     string // "" outside a grouped allreduce
+	groupSize int
+}
+
+func (s *spec) equal(o *spec) bool {
+	return s.name == o.name && s.kind == o.kind && s.dtype == o.dtype && slices.Equal(s.shape, o.shape) &&
+		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root &&
+		s.group == o.group && s.groupSize == o.groupSize
+}
+
+// bytes is the size of the tensor the spec describes.
+func (s *spec) bytes() int {
+	n := s.dtype.Size()
+	for _, d := range s.shape {
+		n *= d
+	}
+	return n
+}
+
+// message is one rank's contribution to a negotiation round: the operations it submitted since
+// the previous round, as references into the shared cache where the signature is already agreed
+// (a bit per cache slot) and in full otherwise.
+type message struct {
+	shutdown bool
+	joined   bool
+	cached   []byte // bitset over cache slots
+	specs    []*spec
+}
+
+const (
+	flagShutdown = 1 << iota
+	flagJoined
+)
+
+func (m *message) encode(buf []byte) []byte {
+	var flags uint64
+	if m.shutdown {
+		flags |= flagShutdown
+	}
+	if m.joined {
+		flags |= flagJoined
+	}
+	buf = binary.AppendUvarint(buf, flags)
+	buf = binary.AppendUvarint(buf, uint64(len(m.cached)))
+	buf = append(buf, m.cached...)
+	buf = binary.AppendUvarint(buf, uint64(len(m.specs)))
+	for _, s := range m.specs {
+		buf = appendString(buf, s.name)
+		buf = append(buf, byte(s.kind), byte(s.dtype), byte(s.op))
+		buf = binary.AppendUvarint(buf, uint64(len(s.shape)))
+		for _, d := range s.shape {
+			buf = binary.AppendUvarint(buf, uint64(d))
+		}
+		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(s.prescale))
+		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(s.postscale))
+		buf = binary.AppendUvarint(buf, uint64(s.root))
+		buf = appendString(buf, s.group)
+		buf = binary.AppendUvarint(buf, uint64(s.groupSize))
+	}
+	return buf
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+var errShortMessage = errors.New("truncated negotiation message")
+
+// decoder reads what encode wrote; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errShortMessage
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) take(n uint64) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errShortMessage
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) float64() float64 {
+	b := d.take(8)
+	if b == nil {
+		return 0
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(b))
+}
+
+func decodeMessage(b []byte) (*message, error) {
+	d := &decoder{b: b}
+	m := &message{}
+	flags := d.uvarint()
+	m.shutdown, m.joined = flags&flagShutdown != 0, flags&flagJoined != 0
+	m.cached = d.take(d.uvarint())
+	n := d.uvarint()
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		s := &spec{name: string(d.take(d.uvarint()))}
+		k := d.take(3)
+		if d.err != nil {
+			break
+		}
+		s.kind, s.dtype, s.op = opKind(k[0]), DType(k[1]), ReduceOp(k[2])
+		rank := d.uvarint()
+		for j := uint64(0); j < rank && d.err == nil; j++ {
+			s.shape = append(s.shape, int(d.uvarint()))
+		}
+		s.prescale = d.float64()
+		s.postscale = d.float64()
+		s.root = int(d.uvarint())
+		s.group = string(d.take(d.uvarint()))
+		s.groupSize = int(d.uvarint())
+		m.specs = append(m.specs, s)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d stray bytes after a negotiation message", len(d.b))
+	}
+	return m, d.err
+}
