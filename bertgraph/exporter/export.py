@@ -9,6 +9,7 @@ Layout of DIR:
     assets.extra/serving/                      serving-only SavedModel (serving_default), same
                                                checkpoint keys for the model variables, no optimizer
     assets.extra/vocab.txt, bert_config.json   copied for the Classifier and for reference
+The serving SavedModel has the same assets.extra files, its contract of kind "serving".
 """
 import argparse
 import pathlib
@@ -147,7 +148,30 @@ def _build_serving(model, max_seq_length):
     return serving, {contract.SERVING_DEFAULT: fn}
 
 
-def make_contract(model, signatures, serving_signatures, max_seq_length, dropout, label_names):
+def _model_entry(model, max_seq_length, label_names, do_lower_case):
+    """The part of the contract a Classifier needs: what the model reads and what it predicts."""
+    return {
+        "contract_version": contract.CONTRACT_VERSION,
+        "bert_config": model.config.to_dict(),
+        "num_labels": model.num_labels,
+        "label_names": list(label_names) if label_names else
+        [str(i) for i in range(model.num_labels)],
+        "max_seq_length": max_seq_length,
+        "do_lower_case": do_lower_case,
+        "vocab_file": contract.VOCAB_FILE,
+    }
+
+
+def make_serving_contract(model, signatures, max_seq_length, label_names, do_lower_case):
+    return dict(
+        _model_entry(model, max_seq_length, label_names, do_lower_case),
+        kind="serving",
+        signatures={k: s.entry() for k, s in sorted(signatures.items())},
+        variables=[{"name": name, "shape": var.shape.as_list(), "dtype": var.dtype.name,
+                    "checkpoint_key": checkpoint_key(name)} for name, var in model.named_variables])
+
+
+def make_contract(model, signatures, max_seq_length, dropout, label_names, do_lower_case):
     variables = []
     for i, (name, var) in enumerate(model.named_variables):
         variables.append({
@@ -164,38 +188,30 @@ def make_contract(model, signatures, serving_signatures, max_seq_length, dropout
         for name, _ in model.named_variables:
             slots.append({"name": f"{name}/{slot}",
                           "checkpoint_key": checkpoint_key(f"optimizer/{slot}/{name}")})
-    return {
-        "contract_version": contract.CONTRACT_VERSION,
-        "bert_config": model.config.to_dict(),
-        "num_labels": model.num_labels,
-        "label_names": list(label_names) if label_names else
-        [str(i) for i in range(model.num_labels)],
-        "max_seq_length": max_seq_length,
-        "dropout": dropout,
-        "signatures": {k: s.entry() for k, s in sorted(signatures.items())},
-        "variables": variables,
-        "global_step": {"name": "global_step", "checkpoint_key": checkpoint_key("global_step")},
-        "optimizer": {
+    return dict(
+        _model_entry(model, max_seq_length, label_names, do_lower_case),
+        kind="training",
+        dropout=dropout,
+        signatures={k: s.entry() for k, s in sorted(signatures.items())},
+        variables=variables,
+        global_step={"name": "global_step", "checkpoint_key": checkpoint_key("global_step")},
+        optimizer={
             "name": "AdamWeightDecay", "beta_1": BETA_1, "beta_2": BETA_2, "epsilon": EPSILON,
             "weight_decay_rate": WEIGHT_DECAY_RATE,
             "exclude_from_weight_decay": list(EXCLUDE_FROM_WEIGHT_DECAY),
             "clip": "global_norm", "default_clip_norm": 1.0, "slots": slots,
         },
-        "checkpoint_key_mapping": (
+        checkpoint_key_mapping=(
             "A model variable or global_step named N (Google name) is saved under "
             "'N/.ATTRIBUTES/VARIABLE_VALUE'; its Adam slots N/adam_m and N/adam_v under "
             "'optimizer/adam_m/N/.ATTRIBUTES/VARIABLE_VALUE' and "
             "'optimizer/adam_v/N/.ATTRIBUTES/VARIABLE_VALUE'."),
-        "serving": {
-            "dir": contract.SERVING_DIR,
-            "signatures": {k: s.entry() for k, s in sorted(serving_signatures.items())},
-        },
-        "vocab_file": contract.VOCAB_FILE,
-    }
+        serving_dir=contract.SERVING_DIR,
+    )
 
 
-def export(out_dir, config, num_labels, max_seq_length, vocab_file=None, init_checkpoint=None,
-           dropout=True, seed=0, label_names=None, log=print):
+def export(out_dir, config, num_labels, max_seq_length, vocab_file, init_checkpoint=None,
+           dropout=True, seed=0, label_names=None, do_lower_case=True, log=print):
     """Writes the training SavedModel (and its serving model) to ``out_dir``, atomically."""
     out_dir = pathlib.Path(out_dir)
     if label_names and len(label_names) != num_labels:
@@ -213,19 +229,30 @@ def export(out_dir, config, num_labels, max_seq_length, vocab_file=None, init_ch
     try:
         tf.saved_model.save(model, str(staging),
                             signatures={k: s.function for k, s in signatures.items()})
-        tf.saved_model.save(serving, str(staging / contract.SERVING_DIR),
+        serving_dir = staging / contract.SERVING_DIR
+        tf.saved_model.save(serving, str(serving_dir),
                             signatures={k: s.function for k, s in serving_signatures.items()})
-        contract.write(staging, make_contract(model, signatures, serving_signatures,
-                                              max_seq_length, dropout, label_names))
-        config.to_json_file(staging / "assets.extra/bert_config.json")
-        if vocab_file:
-            shutil.copyfile(vocab_file, staging / contract.VOCAB_FILE)
+        contract.write(staging, make_contract(model, signatures, max_seq_length, dropout,
+                                              label_names, do_lower_case))
+        contract.write(serving_dir, make_serving_contract(
+            serving, serving_signatures, max_seq_length, label_names, do_lower_case))
+        for d in (staging, serving_dir):
+            config.to_json_file(d / "assets.extra/bert_config.json")
+            shutil.copyfile(vocab_file, d / contract.VOCAB_FILE)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def export_tiny(out_dir, num_labels=2, max_seq_length=32, **kwargs):
+    """The tiny configuration with a generated vocabulary (tests and quick runs)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = pathlib.Path(tmp) / "vocab.txt"
+        write_tiny_vocab(vocab, TINY.vocab_size)
+        return export(out_dir, TINY, num_labels, max_seq_length, vocab, **kwargs)
 
 
 def write_tiny_vocab(path, size):
@@ -240,7 +267,9 @@ def main(argv=None):
     p.add_argument("--bert_config", help="Google bert_config.json")
     p.add_argument("--tiny", action="store_true",
                    help="use the tiny test configuration (2 layers, hidden 32) and a generated vocab")
-    p.add_argument("--vocab", help="vocab.txt copied into assets.extra")
+    p.add_argument("--vocab", help="vocab.txt, copied into assets.extra (required unless --tiny)")
+    p.add_argument("--do_lower_case", type=lambda s: s.lower() in ("1", "true", "yes"),
+                   default=True, help="whether the vocab is uncased (default true)")
     p.add_argument("--init_checkpoint", help="Google-format checkpoint to start from")
     p.add_argument("--num_labels", type=int, default=2)
     p.add_argument("--label_names", help="comma-separated label names (default 0..num_labels-1)")
@@ -252,16 +281,16 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.tiny == bool(a.bert_config):
         p.error("give exactly one of --bert_config and --tiny")
-    config = TINY if a.tiny else BertConfig.from_json_file(a.bert_config)
-    vocab = a.vocab
-    with tempfile.TemporaryDirectory() as tmp:
-        if a.tiny and not vocab:
-            vocab = str(pathlib.Path(tmp) / "vocab.txt")
-            write_tiny_vocab(vocab, config.vocab_size)
-        export(a.out, config, a.num_labels, a.max_seq_length, vocab_file=vocab,
-               init_checkpoint=a.init_checkpoint, dropout=not a.no_dropout, seed=a.seed,
-               label_names=a.label_names.split(",") if a.label_names else None,
-               log=lambda s: print(s, file=sys.stderr))
+    if not a.tiny and not a.vocab:
+        p.error("--vocab is required with --bert_config")
+    kwargs = dict(init_checkpoint=a.init_checkpoint, dropout=not a.no_dropout, seed=a.seed,
+                  label_names=a.label_names.split(",") if a.label_names else None,
+                  do_lower_case=a.do_lower_case, log=lambda s: print(s, file=sys.stderr))
+    if a.tiny:
+        export_tiny(a.out, a.num_labels, a.max_seq_length, **kwargs)
+    else:
+        export(a.out, BertConfig.from_json_file(a.bert_config), a.num_labels, a.max_seq_length,
+               a.vocab, **kwargs)
     print(a.out)
 
 

@@ -17,7 +17,7 @@ LABELS = 3
 
 
 def _export(tmp, dropout):
-    return export.export(tmp, TINY, LABELS, SEQ, dropout=dropout, seed=3, log=lambda s: None)
+    return export.export_tiny(tmp, LABELS, SEQ, dropout=dropout, seed=3, log=lambda s: None)
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +200,10 @@ def test_predict_and_serving_models_agree(dropout_on):
     m = tf.saved_model.load(str(dropout_on))
     serving = tf.saved_model.load(str(dropout_on / contract.SERVING_DIR))
     assert list(serving.signatures) == ["serving_default"]
+    sc = contract.read(dropout_on / contract.SERVING_DIR)
+    assert sc["kind"] == "serving" and sc["label_names"] == ["0", "1", "2"]
+    assert [v["name"] for v in sc["variables"]] == \
+        [v["name"] for v in contract.read(dropout_on)["variables"]]
     f = _features(_batch(n=5, seed=5))
     want = m.signatures["predict"](**f)
     for got in (m.signatures["serving_default"](**f), serving.signatures["serving_default"](**f)):
@@ -241,8 +245,8 @@ def test_init_checkpoint_is_baked_in(tmp_path):
     values = {n: v.numpy() for n, v in donor.named_variables if n != "bert/pooler/dense/kernel"}
     checkpoint.write(str(tmp_path / "bert_model.ckpt"), values)
     log = []
-    out = export.export(tmp_path / "m", TINY, 2, SEQ, init_checkpoint=str(tmp_path / "bert_model.ckpt"),
-                        log=log.append)
+    out = export.export_tiny(tmp_path / "m", 2, SEQ,
+                             init_checkpoint=str(tmp_path / "bert_model.ckpt"), log=log.append)
     c = contract.read(out)
     got = dict(zip([v["name"] for v in c["variables"]],
                    _variables(tf.saved_model.load(str(out)), c)))

@@ -1,0 +1,130 @@
+package bertgraph
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/gorovod/gorovod/tf"
+)
+
+// ExportServing writes the model's current weights as a serving SavedModel in dir (replaced if
+// it exists), loadable by Python's tf.saved_model.load, saved_model_cli and TensorFlow Serving,
+// with a serving_default signature (input_ids, input_mask, segment_ids -> probabilities, logits)
+// and no optimizer state.
+//
+// How: the exporter packaged a serving-only SavedModel inside the training one (the contract's
+// serving_dir) whose model variables have the same checkpoint keys. ExportServing saves the
+// training variables to a temporary checkpoint, loads the serving model, restores that
+// checkpoint into it through its own SaverDef (which reads only the keys it has), and saves it
+// through the same SaverDef into dir/variables. saved_model.pb and assets.extra (contract,
+// vocabulary, bert_config.json) are copied unchanged, so the graph is exactly the one the
+// exporter wrote and only the weights are new.
+func (m *Model) ExportServing(dir string) (err error) {
+	src := filepath.Join(m.dir, m.contract.ServingDir)
+	sc, err := ReadContract(src)
+	if err != nil {
+		return err
+	}
+	if err := sameVariables(sc.Variables, m.contract.Variables); err != nil {
+		return fmt.Errorf("bertgraph: serving model %s: %w", src, err)
+	}
+	dir = filepath.Clean(dir)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".export-")
+	if err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(tmp)) }()
+
+	trained := filepath.Join(tmp, "trained", "ckpt")
+	if _, err := m.Save(trained); err != nil {
+		return err
+	}
+	serving, err := tf.LoadSavedModel(src, []string{"serve"}, m.opts.Session)
+	if err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	defer func() { err = errors.Join(err, serving.Close()) }()
+	if err := serving.Restore(trained); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	staging := filepath.Join(tmp, "model")
+	for _, name := range []string{"saved_model.pb", "assets", "assets.extra"} {
+		if err := copyTree(filepath.Join(src, name), filepath.Join(staging, name)); err != nil {
+			return fmt.Errorf("bertgraph: export serving: %w", err)
+		}
+	}
+	if _, err := serving.Save(filepath.Join(staging, "variables", "variables")); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	if err := os.Rename(staging, dir); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	return nil
+}
+
+// sameVariables checks the serving model's variables are the training model's, key for key.
+func sameVariables(serving, training []VariableSpec) error {
+	if len(serving) != len(training) {
+		return fmt.Errorf("%d variables, the training model has %d", len(serving), len(training))
+	}
+	for i := range serving {
+		s, t := serving[i], training[i]
+		if s.Name != t.Name || s.CheckpointKey != t.CheckpointKey || !slices.Equal(s.Shape, t.Shape) {
+			return fmt.Errorf("variable %d is %s%v (key %s), the training model's is %s%v (key %s)",
+				i, s.Name, s.Shape, s.CheckpointKey, t.Name, t.Shape, t.CheckpointKey)
+		}
+	}
+	return nil
+}
+
+// copyTree copies a file or a directory tree; a missing src is not an error.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && path == src {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		return copyFile(path, target)
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

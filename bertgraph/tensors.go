@@ -1,0 +1,145 @@
+package bertgraph
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/tf"
+)
+
+// FlatTensors holds one float32 tensor per model variable, in the contract's variable order,
+// in one contiguous buffer: Parts[i] is a view of Data with variable i's elements (row-major).
+// Gradients and variable values travel in it, so a fused allreduce or a broadcast is one call
+// over Data.
+type FlatTensors struct {
+	Data  []float32
+	Parts [][]float32
+}
+
+// NewFlatTensors allocates a zeroed FlatTensors shaped like the model's variables.
+func (m *Model) NewFlatTensors() *FlatTensors { return newFlatTensors(m.contract.Variables) }
+
+func newFlatTensors(vars []VariableSpec) *FlatTensors {
+	total := 0
+	for _, v := range vars {
+		total += v.NumElements()
+	}
+	f := &FlatTensors{Data: make([]float32, total), Parts: make([][]float32, len(vars))}
+	off := 0
+	for i, v := range vars {
+		n := v.NumElements()
+		f.Parts[i] = f.Data[off : off+n : off+n]
+		off += n
+	}
+	return f
+}
+
+// check verifies f is shaped like vars.
+func (f *FlatTensors) check(vars []VariableSpec) error {
+	if f == nil || len(f.Parts) != len(vars) {
+		n := 0
+		if f != nil {
+			n = len(f.Parts)
+		}
+		return fmt.Errorf("bertgraph: %d tensors for %d variables (allocate them with Model.NewFlatTensors)", n, len(vars))
+	}
+	for i, v := range vars {
+		if len(f.Parts[i]) != v.NumElements() {
+			return fmt.Errorf("bertgraph: tensor %d (%s) has %d elements, the variable %v has %d",
+				i, v.Name, len(f.Parts[i]), v.Shape, v.NumElements())
+		}
+	}
+	return nil
+}
+
+// copyOut copies t's float32 values into dst in place.
+func copyOut(t *tf.Tensor, dst []float32, what string) error {
+	got, err := tf.Values(t, dst[:0])
+	if err != nil {
+		return fmt.Errorf("bertgraph: %s: %w", what, err)
+	}
+	if len(got) != len(dst) {
+		return fmt.Errorf("bertgraph: %s has %d elements, want %d", what, len(got), len(dst))
+	}
+	return nil
+}
+
+// reuse returns t overwritten with values when its shape is shape, else a new tensor (t closed).
+func reuse[T tf.Scalar](t *tf.Tensor, values []T, shape ...int64) (*tf.Tensor, error) {
+	if t != nil && slices.Equal(t.Shape(), shape) {
+		if err := tf.Overwrite(t, values); err == nil {
+			return t, nil
+		}
+	}
+	t.Close()
+	return tf.NewTensor(values, shape...)
+}
+
+// batchTensors are the feeds of one batch, kept across steps and overwritten in place while
+// the batch size stays the same.
+type batchTensors struct {
+	ids, mask, segments, labels, real, seed *tf.Tensor
+}
+
+func (b *batchTensors) close() {
+	for _, t := range []*tf.Tensor{b.ids, b.mask, b.segments, b.labels, b.real, b.seed} {
+		t.Close()
+	}
+	*b = batchTensors{}
+}
+
+// set fills the feature tensors (and, with labels, the label tensors) from batch.
+// numLabels bounds the label ids (TensorFlow's one_hot would silently zero an out-of-range one).
+func (b *batchTensors) set(batch *features.Batch, seqLength int, labels bool, numLabels int) error {
+	if batch == nil || batch.BatchSize < 1 {
+		return fmt.Errorf("bertgraph: empty batch")
+	}
+	if batch.SeqLength != seqLength {
+		return fmt.Errorf("bertgraph: batch has sequence length %d, the model takes %d", batch.SeqLength, seqLength)
+	}
+	n, s := int64(batch.BatchSize), int64(seqLength)
+	for name, v := range map[string][]int32{"input_ids": batch.InputIDs, "input_mask": batch.InputMask, "segment_ids": batch.SegmentIDs} {
+		if int64(len(v)) != n*s {
+			return fmt.Errorf("bertgraph: batch %s has %d values, want %d x %d", name, len(v), n, s)
+		}
+	}
+	var err error
+	if b.ids, err = reuse(b.ids, batch.InputIDs, n, s); err != nil {
+		return err
+	}
+	if b.mask, err = reuse(b.mask, batch.InputMask, n, s); err != nil {
+		return err
+	}
+	if b.segments, err = reuse(b.segments, batch.SegmentIDs, n, s); err != nil {
+		return err
+	}
+	if !labels {
+		return nil
+	}
+	if int64(len(batch.LabelIDs)) != n || int64(len(batch.IsRealExample)) != n {
+		return fmt.Errorf("bertgraph: batch has %d labels and %d is_real_example for %d examples",
+			len(batch.LabelIDs), len(batch.IsRealExample), n)
+	}
+	for i, l := range batch.LabelIDs {
+		if l < 0 || int(l) >= numLabels {
+			return fmt.Errorf("bertgraph: batch example %d has label id %d, the model has %d labels", i, l, numLabels)
+		}
+	}
+	if b.labels, err = reuse(b.labels, batch.LabelIDs, n); err != nil {
+		return err
+	}
+	b.real, err = reuse(b.real, batch.IsRealExample, n)
+	return err
+}
+
+// feed puts the batch tensors into s's feeds.
+func (b *batchTensors) feed(s *signature, labels bool) {
+	s.feed("input_ids", b.ids)
+	s.feed("input_mask", b.mask)
+	s.feed("segment_ids", b.segments)
+	if labels {
+		s.feed("label_ids", b.labels)
+		s.feed("is_real_example", b.real)
+	}
+}

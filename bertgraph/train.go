@@ -1,0 +1,134 @@
+package bertgraph
+
+import (
+	"fmt"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/tf"
+)
+
+// StepStats are train_step's scalars for one batch.
+type StepStats struct {
+	// Loss is the mean cross-entropy over the batch's real examples.
+	Loss float32
+	// Correct of Examples real examples were classified right (training accuracy, with dropout).
+	Correct, Examples int
+}
+
+// DropoutSeed seeds train_step's stateless dropout: the same seed gives the same masks in any
+// process. Give each rank and each step its own, e.g. {baseSeed + rank, step}.
+type DropoutSeed [2]int64
+
+// TrainStep runs train_step on batch and writes one dense gradient per variable into grads
+// (allocated once with NewFlatTensors and reused every step). The model's weights do not change:
+// Apply does that, with the (averaged) gradients.
+func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTensors) (StepStats, error) {
+	if err := grads.check(m.contract.Variables); err != nil {
+		return StepStats{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inputs.set(batch, m.contract.MaxSeqLength, true, m.contract.NumLabels); err != nil {
+		return StepStats{}, err
+	}
+	var err error
+	if m.inputs.seed, err = reuse(m.inputs.seed, seed[:], 2); err != nil {
+		return StepStats{}, err
+	}
+	s := m.sigs[SigTrainStep]
+	m.inputs.feed(s, true)
+	s.feed("dropout_seed", m.inputs.seed)
+	out, err := s.run(m.sm.Session, m.trainFetches)
+	if err != nil {
+		return StepStats{}, err
+	}
+	defer closeAll(out)
+	var st StepStats
+	if st.Loss, err = scalarValue[float32](out[0], "train_step loss"); err != nil {
+		return st, err
+	}
+	correct, err := scalarValue[int32](out[1], "train_step correct")
+	if err != nil {
+		return st, err
+	}
+	examples, err := scalarValue[int32](out[2], "train_step examples")
+	if err != nil {
+		return st, err
+	}
+	st.Correct, st.Examples = int(correct), int(examples)
+	for i, v := range m.contract.Variables {
+		if err := copyOut(out[3+i], grads.Parts[i], "gradient of "+v.Name); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// ApplyResult is what apply_gradients reports.
+type ApplyResult struct {
+	GlobalNorm float32 // of the gradients given, before clipping
+	GlobalStep int64   // after the step
+	// Applied is false when the global norm was not finite: then nothing changed, not even
+	// the global step.
+	Applied bool
+}
+
+// Apply clips grads (the averaged gradients) to clipNorm by global norm and applies one
+// AdamWeightDecay step with learningRate. The gradient buffers are copied into tensors the
+// model keeps, so grads may be reused right away.
+func (m *Model) Apply(grads *FlatTensors, learningRate, clipNorm float32) (ApplyResult, error) {
+	if err := grads.check(m.contract.Variables); err != nil {
+		return ApplyResult{}, err
+	}
+	if !(clipNorm > 0) {
+		return ApplyResult{}, fmt.Errorf("bertgraph: clip norm %v is not positive", clipNorm)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sigs[SigApplyGradients]
+	if m.grads == nil {
+		m.grads = make([]*tf.Tensor, len(m.contract.Variables))
+	}
+	var err error
+	for i, v := range m.contract.Variables {
+		if m.grads[i], err = reuse(m.grads[i], grads.Parts[i], v.Shape...); err != nil {
+			return ApplyResult{}, fmt.Errorf("bertgraph: gradient of %s: %w", v.Name, err)
+		}
+		s.feed(v.GradientKey, m.grads[i])
+	}
+	if m.scalars.lr, err = reuse(m.scalars.lr, []float32{learningRate}); err != nil {
+		return ApplyResult{}, err
+	}
+	if m.scalars.clip, err = reuse(m.scalars.clip, []float32{clipNorm}); err != nil {
+		return ApplyResult{}, err
+	}
+	s.feed("learning_rate", m.scalars.lr)
+	s.feed("clip_norm", m.scalars.clip)
+	out, err := s.run(m.sm.Session, m.applyFetches)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	defer closeAll(out)
+	var r ApplyResult
+	if r.GlobalNorm, err = scalarValue[float32](out[0], "apply_gradients global_norm"); err != nil {
+		return r, err
+	}
+	if r.GlobalStep, err = scalarValue[int64](out[1], "apply_gradients global_step"); err != nil {
+		return r, err
+	}
+	r.Applied, err = scalarValue[bool](out[2], "apply_gradients applied")
+	return r, err
+}
+
+// scalarValue reads a one-element tensor.
+func scalarValue[T tf.Scalar](t *tf.Tensor, what string) (T, error) {
+	var buf [1]T
+	v, err := tf.Values(t, buf[:0])
+	if err != nil {
+		return buf[0], fmt.Errorf("bertgraph: %s: %w", what, err)
+	}
+	if len(v) != 1 {
+		return buf[0], fmt.Errorf("bertgraph: %s has %d values, want 1", what, len(v))
+	}
+	return v[0], nil
+}
