@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"bufio"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,7 +89,12 @@ func (s libSpec) open(cands []candidate) (*sharedLibrary, error) {
 	for _, c := range cands {
 		if c.file {
 			if _, err := os.Stat(c.path); err != nil {
-				notFound.Tried = append(notFound.Tried, Attempt{c.source, c.path, err.Error()})
+				reason := err
+				var pe *fs.PathError
+				if errors.As(err, &pe) { // the path is printed beside the reason already
+					reason = pe.Err
+				}
+				notFound.Tried = append(notFound.Tried, Attempt{c.source, c.path, reason.Error()})
 				continue
 			}
 		}

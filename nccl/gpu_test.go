@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -13,20 +14,28 @@ import (
 )
 
 // The tests and benchmarks in this file use the real CUDA runtime and NCCL on a real GPU.
-// Where there is none they skip, naming the typed error that says why.
+// Where there is none they skip, naming the typed error that says why, unless
+// GOROVOD_REQUIRE_GPU is set (scripts/gpu-check.sh sets it): then a missing GPU fails them.
 
 func realLibrary(tb testing.TB) *Library {
 	tb.Helper()
+	noGPU := tb.Skipf
+	if os.Getenv("GOROVOD_REQUIRE_GPU") != "" {
+		noGPU = tb.Fatalf
+	}
 	rt, err := LoadRuntime(Options{})
 	if err != nil {
-		tb.Skipf("no GPU test: %v", err)
+		noGPU("no GPU test: %v", err)
+		return nil
 	}
 	if _, err := rt.DeviceCount(); err != nil {
-		tb.Skipf("no GPU test: %v", err)
+		noGPU("no GPU test: %v", err)
+		return nil
 	}
 	lib, err := Load(rt, Options{})
 	if err != nil {
-		tb.Skipf("no GPU test: %v", err)
+		noGPU("no GPU test: %v", err)
+		return nil
 	}
 	return lib
 }

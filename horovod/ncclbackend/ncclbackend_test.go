@@ -3,7 +3,9 @@ package ncclbackend
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -38,16 +40,17 @@ func setupFakeLibraries(t testing.TB) {
 }
 
 // openOneRank opens the backend in a job of one process: over the real libraries where a GPU
-// is available, else over the fake ones.
+// is available, else over the fake ones (unless GOROVOD_REQUIRE_GPU is set, as
+// scripts/gpu-check.sh does: then a missing GPU is a failure).
 func openOneRank(t testing.TB) *Backend {
 	t.Helper()
 	var logs []string
-	logf := func(f string, a ...any) { logs = append(logs, f) }
+	logf := func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }
 	b, err := Open(local.Backend{}, Config{Logf: logf})
 	if err != nil {
 		var nf *nccl.LibraryNotFoundError
 		var nd *nccl.NoDeviceError
-		if !errors.As(err, &nf) && !errors.As(err, &nd) {
+		if os.Getenv("GOROVOD_REQUIRE_GPU") != "" || !errors.As(err, &nf) && !errors.As(err, &nd) {
 			t.Fatal(err)
 		}
 		t.Logf("no GPU (%v); using the fake libraries", strings.SplitN(err.Error(), "\n", 2)[0])
@@ -61,9 +64,10 @@ func openOneRank(t testing.TB) *Backend {
 			t.Error(err)
 		}
 	})
-	if len(logs) != 1 || !strings.HasPrefix(logs[0], "ncclbackend: rank %d (local rank %d)") {
+	if len(logs) != 1 || !strings.HasPrefix(logs[0], "ncclbackend: rank 0 (local rank 0): ") {
 		t.Errorf("placement log %q", logs)
 	}
+	t.Log(logs[0])
 	return b
 }
 

@@ -1,0 +1,76 @@
+"""Checks of docker/gpu.Dockerfile against the repository, for machines without a Docker engine.
+
+hadolint (make lint-gpu) checks the Dockerfile as a Dockerfile; these tests check that it fits
+this repository: what it copies exists, the TensorFlow version comes from the one place it is
+pinned and reaches pip as the GPU build, the Go image matches go.mod, and the build context
+leaves out this machine's virtualenv and links.
+"""
+
+import pathlib
+import re
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "docker" / "gpu.Dockerfile"
+TEXT = DOCKERFILE.read_text()
+
+
+def instructions():
+    """(instruction, arguments) pairs, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", "\n".join(l for l in TEXT.splitlines() if not l.lstrip().startswith("#")))
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            yield word.upper(), rest.strip()
+
+
+def test_copied_paths_exist():
+    copies = [args.split() for word, args in instructions() if word == "COPY" and not args.startswith("--from")]
+    assert copies, "no COPY from the build context"
+    for parts in copies:
+        for src in parts[:-1]:
+            if src != ".":
+                assert (ROOT / src).exists(), f"COPY {src}: no such path in the repository"
+
+
+def test_tensorflow_version_comes_from_VERSION_and_is_the_gpu_build():
+    version = (ROOT / "third_party" / "tensorflow" / "VERSION").read_text().strip()
+    assert version not in TEXT, "the TensorFlow version must be read from third_party/tensorflow/VERSION, not written here"
+    m = re.search(r"make venv tflib TF_PACKAGE='([^']+)'", TEXT)
+    assert m, "the image must lay TensorFlow out with the Makefile's venv and tflib targets"
+    # What that make invocation would run (dry run, forced so the stamp does not hide it).
+    out = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "venv", f"TF_PACKAGE={m.group(1)}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert f"'tensorflow[and-cuda]=={version}'" in out, out
+
+
+def test_go_image_matches_go_mod():
+    go_mod = re.search(r"^go (\d+\.\d+)", (ROOT / "go.mod").read_text(), re.M).group(1)
+    image = re.search(r"ARG GO_IMAGE=golang:(\d+\.\d+)", TEXT)
+    assert image and image.group(1) == go_mod, f"golang image {image and image.group(1)} vs go.mod {go_mod}"
+
+
+def test_base_image_is_cuda_12_like_the_tensorflow_wheels():
+    # tensorflow[and-cuda] pins the nvidia-*-cu12 wheels; package nccl looks for libcudart.so.12 first.
+    assert re.search(r"ARG CUDA_IMAGE=nvidia/cuda:12\.\d+\.\d+-base-ubuntu\d\d\.\d\d$", TEXT, re.M)
+    assert "libcudart.so.12" in (ROOT / "nccl" / "discovery.go").read_text()
+
+
+def test_nvidia_wheels_are_registered_with_the_dynamic_linker():
+    assert "/etc/ld.so.conf.d/" in TEXT and "ldconfig" in TEXT
+    for lib in ("libnccl.so.2", "libcudart.so.12", "libcudnn.so.9"):
+        assert f"grep -q '{lib} '" in TEXT, f"the build does not check that {lib} is found"
+
+
+def test_build_context_leaves_out_machine_specific_paths():
+    ignore = (ROOT / "docker" / "gpu.Dockerfile.dockerignore").read_text().split()
+    for path in (".git", ".venv", ".cache", "third_party/tensorflow/include", "third_party/tensorflow/lib"):
+        assert path in ignore, f"{path} must not enter the build context"
+
+
+def test_binaries_are_built_and_gpu_packages_tested_in_the_image():
+    runs = " ".join(args for word, args in instructions() if word == "RUN")
+    assert "go build -o /usr/local/bin/ ./cmd/..." in runs
+    assert "go test -count=1 ./nccl/ ./horovod/ncclbackend/" in runs
+    env = " ".join(args for word, args in instructions() if word == "ENV")
+    assert "OMPI_ALLOW_RUN_AS_ROOT=1" in env and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in env
