@@ -1,0 +1,310 @@
+package bertgraph
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+)
+
+func TestTinyBertLearnsSeparableData(t *testing.T) {
+	m := loadFixture(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	batches := []*features.Batch{separableBatch(rng, 16), separableBatch(rng, 16)}
+	grads := m.NewFlatTensors()
+	accuracy := func() float64 {
+		var s EvalStats
+		for _, b := range batches {
+			e, err := m.Eval(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Add(e)
+		}
+		return float64(s.Correct) / float64(s.Examples)
+	}
+	if a := accuracy(); a == 1 {
+		t.Fatalf("accuracy %v before training: the data is too easy to prove anything", a)
+	}
+	var first, last float32
+	for step := range 150 {
+		st, err := m.TrainStep(batches[step%2], DropoutSeed{7, int64(step)}, grads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step == 0 {
+			first = st.Loss
+		}
+		last = st.Loss
+		r, err := m.Apply(grads, 1e-3, 1.0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Applied || r.GlobalStep != int64(step+1) {
+			t.Fatalf("step %d: %+v", step, r)
+		}
+		if step >= 20 && step%10 == 0 && accuracy() == 1 {
+			t.Logf("100%% train accuracy after %d steps, loss %.4f -> %.4f", step+1, first, last)
+			return
+		}
+	}
+	t.Fatalf("train accuracy %.3f after 150 steps (loss %.4f -> %.4f)", accuracy(), first, last)
+}
+
+// stepsFile is drive.py's steps input.
+type stepsFile struct {
+	LearningRate float32     `json:"learning_rate"`
+	ClipNorm     float32     `json:"clip_norm"`
+	Steps        []stepInput `json:"steps"`
+}
+
+type stepInput struct {
+	InputIDs      [][]int32 `json:"input_ids"`
+	InputMask     [][]int32 `json:"input_mask"`
+	SegmentIDs    [][]int32 `json:"segment_ids"`
+	LabelIDs      []int32   `json:"label_ids"`
+	IsRealExample []int32   `json:"is_real_example"`
+	DropoutSeed   []int64   `json:"dropout_seed"`
+}
+
+func rows(flat []int32, n int) [][]int32 {
+	out := make([][]int32, 0, len(flat)/n)
+	for i := 0; i < len(flat); i += n {
+		out = append(out, flat[i:i+n])
+	}
+	return out
+}
+
+func TestGoStepsEqualPythonSteps(t *testing.T) {
+	m := loadFixture(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	spec := stepsFile{LearningRate: 5e-3, ClipNorm: 1.0}
+	grads := m.NewFlatTensors()
+	var goLosses []float32
+	var goNorms []float32
+	for step := range 4 {
+		b := separableBatch(rng, 8)
+		b.SegmentIDs[3] = 1 // a second segment somewhere
+		b.IsRealExample[5] = 0
+		seed := DropoutSeed{11, int64(step)}
+		spec.Steps = append(spec.Steps, stepInput{rows(b.InputIDs, seqLength), rows(b.InputMask, seqLength),
+			rows(b.SegmentIDs, seqLength), b.LabelIDs, b.IsRealExample, seed[:]})
+		st, err := m.TrainStep(b, seed, grads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Examples != 7 {
+			t.Errorf("step %d: %d real examples, want 7", step, st.Examples)
+		}
+		r, err := m.Apply(grads, spec.LearningRate, spec.ClipNorm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		goLosses = append(goLosses, st.Loss)
+		goNorms = append(goNorms, r.GlobalNorm)
+	}
+	dir := t.TempDir()
+	in, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, "steps.json"), in, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := python("steps", "--model", fixture.Model, "--input", filepath.Join(dir, "steps.json"), "--out", filepath.Join(dir, "py.json")); err != nil {
+		t.Fatal(err)
+	}
+	var py struct {
+		Losses      []float32            `json:"losses"`
+		GlobalNorms []float32            `json:"global_norms"`
+		GlobalStep  int64                `json:"global_step"`
+		Variables   map[string][]float32 `json:"variables"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "py.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &py)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range goLosses {
+		if d := math.Abs(float64(goLosses[i] - py.Losses[i])); d > 1e-5 {
+			t.Errorf("step %d: loss Go %v Python %v", i, goLosses[i], py.Losses[i])
+		}
+		if d := math.Abs(float64(goNorms[i]-py.GlobalNorms[i])) / float64(py.GlobalNorms[i]); d > 1e-5 {
+			t.Errorf("step %d: global norm Go %v Python %v", i, goNorms[i], py.GlobalNorms[i])
+		}
+	}
+	if goLosses[0] == goLosses[3] {
+		t.Errorf("losses did not move: %v", goLosses)
+	}
+	values := m.NewFlatTensors()
+	if err := m.ReadVariables(values); err != nil {
+		t.Fatal(err)
+	}
+	if step, _ := m.GlobalStep(); step != py.GlobalStep || step != 4 {
+		t.Errorf("global step Go %d Python %d, want 4", step, py.GlobalStep)
+	}
+	worst := 0.0
+	for i, v := range m.Variables() {
+		want := py.Variables[v.Name]
+		if len(want) != len(values.Parts[i]) {
+			t.Fatalf("%s: Python has %d values, Go %d", v.Name, len(want), len(values.Parts[i]))
+		}
+		for j := range want {
+			worst = max(worst, math.Abs(float64(values.Parts[i][j]-want[j])))
+		}
+	}
+	if worst > 1e-5 {
+		t.Errorf("weights differ from Python's by up to %g after 4 steps", worst)
+	}
+	t.Logf("max weight difference Go vs Python after 4 steps: %g", worst)
+}
+
+func norm(xs []float32) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += float64(x) * float64(x)
+	}
+	return math.Sqrt(s)
+}
+
+func scaled(src *FlatTensors, dst *FlatTensors, k float64) {
+	for i, x := range src.Data {
+		dst.Data[i] = float32(float64(x) * k)
+	}
+}
+
+func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	batch := separableBatch(rng, 8)
+	// Two real gradients: g1 scaled to norm 0.1 (under the clip norm), g2 scaled 1000x over it.
+	probe := loadFixture(t)
+	raw := probe.NewFlatTensors()
+	g1, g2 := probe.NewFlatTensors(), probe.NewFlatTensors()
+	if _, err := probe.TrainStep(batch, DropoutSeed{1, 1}, raw); err != nil {
+		t.Fatal(err)
+	}
+	scaled(raw, g1, 0.1/norm(raw.Data))
+	if _, err := probe.TrainStep(batch, DropoutSeed{1, 2}, raw); err != nil {
+		t.Fatal(err)
+	}
+	scaled(raw, g2, 1000)
+	big := norm(g2.Data)
+	g2clipped := probe.NewFlatTensors()
+	scaled(g2, g2clipped, 1/big)
+
+	run := func(second *FlatTensors, clip float32) (*FlatTensors, ApplyResult) {
+		m := loadFixture(t)
+		if _, err := m.Apply(g1, 1e-2, clip); err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Apply(second, 1e-2, clip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := m.NewFlatTensors()
+		if err := m.ReadVariables(w); err != nil {
+			t.Fatal(err)
+		}
+		return w, r
+	}
+	clipped, r := run(g2, 1)
+	if !r.Applied || math.Abs(float64(r.GlobalNorm)-big)/big > 1e-5 {
+		t.Fatalf("apply of 1000x gradients: %+v, want global norm %g", r, big)
+	}
+	byHand, _ := run(g2clipped, 1)
+	unclipped, _ := run(g2, 1e9)
+	diff := func(a, b *FlatTensors) float64 {
+		d := 0.0
+		for i := range a.Data {
+			d = max(d, math.Abs(float64(a.Data[i]-b.Data[i])))
+		}
+		return d
+	}
+	if d := diff(clipped, byHand); d > 1e-6 {
+		t.Errorf("clipped in-graph vs scaled to the clip norm by hand: weights differ by %g", d)
+	}
+	if d := diff(clipped, unclipped); d < 1e-4 {
+		t.Errorf("clipping made no difference (%g): the check cannot tell", d)
+	}
+
+	// A NaN anywhere: nothing changes, not even the step; the next finite step applies.
+	m := loadFixture(t)
+	before, after := m.NewFlatTensors(), m.NewFlatTensors()
+	if err := m.ReadVariables(before); err != nil {
+		t.Fatal(err)
+	}
+	bad := m.NewFlatTensors()
+	copy(bad.Data, g1.Data)
+	bad.Parts[7][3] = float32(math.NaN())
+	r, err := m.Apply(bad, 1e-2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Applied || r.GlobalStep != 0 || !math.IsNaN(float64(r.GlobalNorm)) {
+		t.Errorf("NaN gradient: %+v, want not applied at step 0 with a NaN norm", r)
+	}
+	if err := m.ReadVariables(after); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before.Data, after.Data) {
+		t.Error("a skipped update changed the weights")
+	}
+	if r, err := m.Apply(g1, 1e-2, 1); err != nil || !r.Applied || r.GlobalStep != 1 {
+		t.Errorf("finite step after a skipped one: %+v %v", r, err)
+	}
+}
+
+func TestCheckpointRoundTripIncludesOptimizerState(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	b1, b2 := separableBatch(rng, 8), separableBatch(rng, 8)
+	a := loadFixture(t)
+	grads := a.NewFlatTensors()
+	step := func(m *Model, b *features.Batch, s int64) {
+		t.Helper()
+		if _, err := m.TrainStep(b, DropoutSeed{3, s}, grads); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Apply(grads, 1e-2, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(a, b1, 0)
+	step(a, b2, 1)
+	prefix := filepath.Join(t.TempDir(), "model.ckpt")
+	written, err := a.Save(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(written + ".index"); err != nil {
+		t.Fatalf("Save returned %q: %v", written, err)
+	}
+	b := loadFixture(t)
+	if err := b.Restore(prefix); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := b.GlobalStep(); s != 2 {
+		t.Errorf("restored global step %d, want 2", s)
+	}
+	// One more identical step on both: equal only if the Adam slots came back too.
+	step(a, b1, 2)
+	step(b, b1, 2)
+	wa, wb := a.NewFlatTensors(), b.NewFlatTensors()
+	if err := a.ReadVariables(wa); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReadVariables(wb); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(wa.Data, wb.Data) {
+		t.Error("restored model diverges from the saved one after one more step")
+	}
+	fresh := loadFixture(t)
+	if err := fresh.Restore(filepath.Join(t.TempDir(), "missing.ckpt")); err == nil || !strings.Contains(err.Error(), "missing.ckpt") {
+		t.Errorf("restore of a missing checkpoint: %v", err)
+	}
+}
