@@ -109,7 +109,7 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if most == 0 {
 		return nil
 	}
-	if err := b.stage(max(total, most), &b.dev, most); err != nil {
+	if err := b.stage(total, &b.dev, most); err != nil { // total >= most >= len(send)
 		return b.fail("allgatherv", err)
 	}
 	if err := b.stage(0, &b.gather, most*b.topo.Size); err != nil {
