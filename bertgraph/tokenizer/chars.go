@@ -59,20 +59,18 @@ func isSpace(r rune) bool {
 	return unicode.Is(unicode.White_Space, r) && !unicode.Is(unicode.Cc, r)
 }
 
-// isControl: Unicode category C* (Cc, Cf, Co, Cs and unassigned code points), as
-// tokenization.py's _is_control; TAB, LF and CR are whitespace instead.
+// isControl: Unicode categories Cc and Cf, as tokenization.py's _is_control, and private use
+// (Co), as HF tokenizers: a private-use code point means nothing outside the font it came from
+// (IMDB reviews hold U+F0B7, a Symbol-font bullet pasted from a word processor), and dropping it
+// keeps our ids equal to HF's on real text where tokenization.py would emit [UNK]. TAB, LF and CR
+// are whitespace instead. Unassigned code points stay in their word, as in both references.
 func isControl(r rune) bool {
 	switch r {
 	case '\t', '\n', '\r':
 		return false
 	}
-	return unicode.Is(unicode.C, r) || !isAssigned(r)
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co)
 }
-
-// assignedCategories covers every general category but Cn, which Go's unicode package has no table for.
-var assignedCategories = []*unicode.RangeTable{unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C}
-
-func isAssigned(r rune) bool { return unicode.IsOneOf(assignedCategories, r) }
 
 // isPunct: every printable non-alphanumeric ASCII character (so "$", "+", "^", "`" split too) and
 // Unicode category P*, as tokenization.py's _is_punctuation.

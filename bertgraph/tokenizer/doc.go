@@ -2,10 +2,13 @@
 // with ids equal to the reference (Google's tokenization.py and HF tokenizers' BertWordPieceTokenizer,
 // checked on real IMDB reviews and on hand-made hard cases by the tests of this package).
 //
+// Where the references disagree, crosscheck_test.go documents the choice made and the tests
+// check that every difference falls into a documented class.
+//
 // Basic tokenization, in order:
-//   - clean: U+0000, U+FFFD, invalid UTF-8 bytes and control characters (Unicode category C*
-//     except TAB, LF, CR; unassigned code points included) are dropped; whitespace (TAB, LF, CR and
-//     Unicode White_Space) separates words;
+//   - clean: U+0000, U+FFFD, invalid UTF-8 bytes, control and format characters (Unicode
+//     categories Cc and Cf, except TAB, LF, CR) and private-use characters (Co) are dropped;
+//     whitespace (TAB, LF, CR and Unicode White_Space) separates words;
 //   - CJK ideographs (the ranges of tokenization.py's _is_chinese_char) become words of their own;
 //   - with lower casing: NFD, non-spacing marks (Mn) dropped, then simple lower case mapping;
 //   - every punctuation character (every non-alphanumeric printable ASCII character and Unicode
