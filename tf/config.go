@@ -18,9 +18,6 @@ import (
 // rewriter_config.proto), and a test decodes our bytes with Python TensorFlow's own
 // ConfigProto. Zero values leave TensorFlow's defaults.
 type SessionOptions struct {
-	// Target is the TensorFlow server to connect to; "" runs in process.
-	Target string
-
 	IntraOpThreads int32 // ConfigProto.intra_op_parallelism_threads; 0: one per core
 	InterOpThreads int32 // ConfigProto.inter_op_parallelism_threads; 0: one per core
 
@@ -123,11 +120,6 @@ func (o *SessionOptions) c() (*C.TF_SessionOptions, error) {
 	opts := C.TF_NewSessionOptions()
 	if o == nil {
 		return opts, nil
-	}
-	if o.Target != "" {
-		target := C.CString(o.Target)
-		defer C.free(unsafe.Pointer(target))
-		C.TF_SetTarget(opts, target)
 	}
 	if config := o.ConfigProto(); len(config) > 0 {
 		st := newStatus()

@@ -260,6 +260,10 @@ func (t *Tensor) Strings() ([]string, error) {
 	return out, nil
 }
 
+// shared tells whether TensorFlow holds another reference to the tensor's buffer;
+// TF_TensorMaybeMove is the C API's "buffer refcount is one" test.
+func (t *Tensor) shared() bool { return C.TF_TensorMaybeMove(t.c) == nil }
+
 // Overwrite copies src into the tensor in place, keeping its type and shape, so a feed tensor
 // can be refilled each step without allocating. When TensorFlow still shares the buffer (an
 // output of a Run that aliases this feed is alive), writing in place would change that output,
@@ -279,7 +283,7 @@ func overwriteFixed[T Scalar | uint16](t *Tensor, dtype DataType, src []T) error
 	if len(src) != n {
 		return fmt.Errorf("tf: overwrite of %s%s with %d values", t.dtype, shapeString(t.shape), len(src))
 	}
-	if C.TF_TensorMaybeMove(t.c) == nil { // shared: move to a buffer of our own
+	if t.shared() { // move to a buffer of our own
 		c := allocate(dtype, t.shape, n*dtype.byteSize())
 		t.cleanup.Stop()
 		C.TF_DeleteTensor(t.c)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tf
+
+const raceEnabled = false

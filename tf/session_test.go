@@ -1,0 +1,224 @@
+package tf
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConcurrentRuns runs one signature from many goroutines with different inputs; each
+// result must equal what the same input gives when run alone. Run under -race by make test.
+func TestConcurrentRuns(t *testing.T) {
+	m := load(t, "tf1")
+	const workers, runs = 8, 20
+	inputs := make([]*Tensor, workers)
+	want := make([]encodedTensor, workers)
+	for w := range inputs {
+		x := make([]float32, 3*4)
+		for i := range x {
+			x[i] = float32(w*100+i) / 7
+		}
+		inputs[w], _ = NewTensor(x, 3, 4)
+		defer inputs[w].Close()
+		want[w] = runPredict(t, m, "serving_default", inputs[w])
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*runs)
+	for w := range workers {
+		wg.Go(func() {
+			for range runs {
+				outs, err := m.RunSignature("serving_default", map[string]*Tensor{"x": inputs[w]}, "logits")
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, _ := outs[0].Float32s()
+				if !bytes.Equal(le[float32](t)(got, nil), want[w].Data) {
+					errs <- errors.New("worker " + strconv.Itoa(w) + ": result differs from its lone run")
+				}
+				outs[0].Close()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestCloseWaitsForRunsInFlight closes the session while a long run is inside TensorFlow:
+// Close must return only after that run has finished (with its full result), and runs after
+// Close must fail with ErrClosed.
+func TestCloseWaitsForRunsInFlight(t *testing.T) {
+	dir, _ := models(t)
+	m, err := LoadSavedModel(dir+"/tf1", []string{"serve"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const spins = 150_000
+	n, _ := NewTensor([]int32{spins})
+	defer n.Close()
+
+	started := make(chan struct{})
+	var runEnd time.Time
+	var count []int32
+	var runErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		close(started)
+		outs, err := m.RunSignature("spin", map[string]*Tensor{"n": n})
+		runEnd = time.Now()
+		if runErr = err; err == nil {
+			count, runErr = outs[0].Int32s()
+			outs[0].Close()
+		}
+	})
+	<-started
+	time.Sleep(20 * time.Millisecond) // let the run enter TensorFlow
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closeEnd := time.Now()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatalf("the run in flight failed: %v", runErr)
+	}
+	if len(count) != 1 || count[0] != spins {
+		t.Fatalf("the run in flight returned %v, want [%d]", count, spins)
+	}
+	if closeEnd.Before(runEnd) {
+		t.Fatalf("Close returned %v before the run in flight ended", runEnd.Sub(closeEnd))
+	}
+	if _, err := m.RunSignature("spin", map[string]*Tensor{"n": n}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("run after Close: %v, want ErrClosed", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestRunDoesNotGrowMemory runs 100,000 steps, each with fresh float and string feeds (long
+// strings, whose heap parts the binding frees) and their outputs, and bounds the growth of the
+// resident set between step 10,000 and the end.
+func TestRunDoesNotGrowMemory(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory grows the RSS on its own")
+	}
+	sf, inF, outF := identitySession(t, Float, []int64{-1})
+	ss, inS, outS := identitySession(t, String, nil)
+	long := strings.Repeat("a string well past the 22-byte inline limit of TF_TString ", 4)
+	step := func(i int) {
+		x, err := NewTensor([]float32{float32(i), 1, 2, 3}, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewStringTensor([]string{long, strconv.Itoa(i)}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		of, err := sf.Run(map[Output]*Tensor{inF: x}, []Output{outF}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os, err := ss.Run(map[Output]*Tensor{inS: s}, []Output{outS}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := of[0].Float32s(); v[0] != float32(i) {
+			t.Fatalf("step %d: got %v", i, v)
+		}
+		if v, _ := os[0].Strings(); v[1] != strconv.Itoa(i) {
+			t.Fatalf("step %d: got %q", i, v)
+		}
+		for _, tensor := range []*Tensor{x, s, of[0], os[0]} {
+			tensor.Close()
+		}
+	}
+	for i := range 10_000 {
+		step(i)
+	}
+	before := rssBytes(t)
+	for i := 10_000; i < 100_000; i++ {
+		step(i)
+	}
+	after := rssBytes(t)
+	t.Logf("RSS %d MiB after 10,000 steps, %d MiB after 100,000", before>>20, after>>20)
+	// A leak of one feed's long string per step would be 90,000 * 232 bytes = 20 MiB.
+	if after-before > 8<<20 {
+		t.Errorf("RSS grew by %d MiB over 90,000 steps", (after-before)>>20)
+	}
+}
+
+func rssBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skip("no /proc/self/statm:", err)
+	}
+	pages, err := strconv.ParseInt(strings.Fields(string(b))[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+func TestListDevices(t *testing.T) {
+	s, _, _ := identitySession(t, Float, nil)
+	devices, err := s.ListDevices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpu bool
+	for _, d := range devices {
+		t.Logf("%s %s %d", d.Name, d.Type, d.MemoryBytes)
+		cpu = cpu || d.Type == "CPU" && strings.HasSuffix(d.Name, "/device:CPU:0")
+	}
+	if !cpu {
+		t.Errorf("no CPU:0 among %v", devices)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	pinned, err := os.ReadFile("../third_party/tensorflow/VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Version(); got != strings.TrimSpace(string(pinned)) {
+		t.Errorf("Version() = %q, pinned %q", got, pinned)
+	}
+	if _, want := models(t); Version() != want.TFVersion {
+		t.Errorf("Version() = %q, Python's tf.__version__ %q", Version(), want.TFVersion)
+	}
+}
+
+func TestRunRawGraph(t *testing.T) {
+	s, in, out := identitySession(t, Int64, []int64{2, -1})
+	if got := in.DataType(); got != Int64 {
+		t.Errorf("in dtype %s", got)
+	}
+	if dims, known, err := in.Shape(); err != nil || !known || len(dims) != 2 || dims[0] != 2 || dims[1] != -1 {
+		t.Errorf("in shape %v %v %v", dims, known, err)
+	}
+	x, _ := NewTensor([]int64{1, -2, 3, 1 << 62, 5, 6}, 2, 3)
+	defer x.Close()
+	// Fetching the same output twice gives two tensors, in the order asked.
+	outs, err := s.Run(map[Output]*Tensor{in: x}, []Output{out, out}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range outs {
+		v, err := o.Int64s()
+		if err != nil || len(v) != 6 || v[3] != 1<<62 || len(o.Shape()) != 2 || o.Shape()[1] != 3 {
+			t.Errorf("output %d: %v %v %v", i, v, o.Shape(), err)
+		}
+		o.Close()
+	}
+	if _, err := s.Run(nil, []Output{out}, nil); err == nil || !strings.Contains(err.Error(), "run out:0") {
+		t.Errorf("run without its feed: %v", err)
+	}
+}
