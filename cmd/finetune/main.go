@@ -4,38 +4,11 @@
 // evaluates and predicts on rank 0, with run_classifier's flags and output files.
 //
 // Without flags it runs the embedded default task (MiniLM on an IMDB subset, see defaultTask) on
-// the files prepared by `make setup model data`.
+// the files prepared by `make setup`.
 package main
 
-import (
-	"errors"
-	"flag"
-	"fmt"
-	"os"
-)
+import "os"
 
 func main() {
 	os.Exit(run(os.Args[1:]))
-}
-
-// run returns the process exit status: 0 on success, 2 for a command-line mistake, 1 otherwise.
-func run(args []string) int {
-	cfg, err := parseConfig(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var usage *usageError
-	if errors.As(err, &usage) {
-		fmt.Fprintf(os.Stderr, "finetune: %v\nRun finetune -help for the flags.\n", err)
-		return 2
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "finetune: %v\n", err)
-		return 1
-	}
-	if _, err := validate(&cfg, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "finetune: %v\n", err)
-		return 1
-	}
-	return 0
 }

@@ -116,6 +116,13 @@ func (r *Reporter) drawBar(s Step) {
 	r.barActive = true
 }
 
+// Rate is the smoothed rate in examples per second, all ranks together.
+func (r *Reporter) Rate() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rate
+}
+
 // Logf writes one log line, moving an active bar out of the way first.
 func (r *Reporter) Logf(format string, args ...any) {
 	r.mu.Lock()

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
+)
+
+// firstLines stops a rank's Reader after the first limit data lines of the file (all ranks'
+// lines counted), so that with line i going to rank i % size the ranks together read exactly
+// those lines. limit 0 reads everything.
+// unlabelled drops the labels (prediction ignores them, as run_classifier's test examples).
+type firstLines struct {
+	r          *features.Reader
+	limit      int
+	unlabelled bool
+}
+
+func (s *firstLines) Next() (features.InputExample, error) {
+	ex, err := s.r.Next()
+	if err != nil {
+		return ex, err
+	}
+	if s.limit > 0 && s.r.Counts().Lines > s.limit {
+		return features.InputExample{}, io.EOF
+	}
+	if s.unlabelled {
+		ex.Label = ""
+	}
+	return ex, nil
+}
+
+// trainCacheKey is everything the content of a rank's train.tf_record depends on. The cache is
+// reused only when the key of a new run equals the stored one.
+type trainCacheKey struct {
+	Version      int      `json:"version"`
+	TrainFile    string   `json:"train_file"`
+	TrainSHA256  string   `json:"train_sha256"`
+	VocabSHA256  string   `json:"vocab_sha256"`
+	DoLowerCase  bool     `json:"do_lower_case"`
+	MaxSeqLength int      `json:"max_seq_length"`
+	Labels       []string `json:"labels"`
+	Rank         int      `json:"rank"`
+	Size         int      `json:"size"`
+	MaxExamples  int      `json:"max_train_examples"`
+	SkipBadLines bool     `json:"skip_bad_lines"`
+}
+
+// trainCache is the stored key with what the conversion found.
+type trainCache struct {
+	Key      trainCacheKey `json:"key"`
+	Examples int           `json:"examples"` // records in this rank's file
+	Skipped  int           `json:"skipped"`  // bad lines this rank skipped
+}
+
+const trainCacheVersion = 1
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// trainFeatures converts this rank's share of the training file into rankDir/train.tf_record
+// (run_classifier's file_based_convert_examples_to_features, with line i going to rank
+// i % size), or reuses the file a previous run wrote with the same inputs and settings. It
+// returns the file, its record count and whether it was reused.
+func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size int) (path string, cache trainCache, reused bool, err error) {
+	path = filepath.Join(in.rankDir, "train.tf_record")
+	keyPath := path + ".key.json"
+	trainSum, err := fileSHA256(in.train)
+	if err != nil {
+		return "", cache, false, err
+	}
+	vocabSum, err := fileSHA256(in.vocabPath)
+	if err != nil {
+		return "", cache, false, err
+	}
+	abs, _ := filepath.Abs(in.train)
+	key := trainCacheKey{Version: trainCacheVersion, TrainFile: abs, TrainSHA256: trainSum, VocabSHA256: vocabSum,
+		DoLowerCase: c.DoLowerCase, MaxSeqLength: c.MaxSeqLength, Labels: conv.Labels().Names(),
+		Rank: rank, Size: size, MaxExamples: c.MaxTrainExamples, SkipBadLines: c.SkipBadLines}
+
+	if b, err := os.ReadFile(keyPath); err == nil {
+		var stored trainCache
+		if json.Unmarshal(b, &stored) == nil && reflect.DeepEqual(stored.Key, key) {
+			if _, err := os.Stat(path); err == nil {
+				return path, stored, true, nil
+			}
+		}
+	}
+	// The key goes last: a run killed while converting leaves no key, so no stale reuse.
+	os.Remove(keyPath)
+
+	r, err := features.Open(in.train, features.ReadOptions{Rank: rank, Size: size, Labels: conv.Labels(), SkipBad: c.SkipBadLines})
+	if err != nil {
+		return "", cache, false, err
+	}
+	defer r.Close()
+	out, err := atomicfile.Create(path)
+	if err != nil {
+		return "", cache, false, err
+	}
+	defer out.Abort()
+	w := tfrecord.NewWriter(out)
+	stream := conv.Stream(&firstLines{r: r, limit: c.MaxTrainExamples}, features.StreamOptions{BatchSize: 64})
+	defer stream.Close()
+	n := 0
+	for {
+		b, err := stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", cache, false, err
+		}
+		for i := range b.NumReal() {
+			if err := w.Write(tfrecord.EncodeFeatures(b.Row(i))); err != nil {
+				return "", cache, false, fmt.Errorf("%s: %w", path, err)
+			}
+			n++
+		}
+	}
+	if err := out.Commit(); err != nil {
+		return "", cache, false, err
+	}
+	cache = trainCache{Key: key, Examples: n, Skipped: r.Counts().Skipped}
+	b, _ := json.MarshalIndent(cache, "", " ")
+	if err := atomicfile.Write(keyPath, append(b, '\n')); err != nil {
+		return "", cache, false, err
+	}
+	return path, cache, false, nil
+}
+
+// evalStream reads a whole dev or test file (rank 0 only) into padded batches: no example is
+// dropped and fake examples fill the last batch (is_real_example = 0).
+func evalStream(c *Config, path string, conv *features.Converter, batchSize, limit int, labelled bool) (*features.Stream, *features.Reader, error) {
+	opts := features.ReadOptions{SkipBad: c.SkipBadLines}
+	if labelled {
+		opts.Labels = conv.Labels()
+	}
+	r, err := features.Open(path, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	src := &firstLines{r: r, limit: limit, unlabelled: !labelled}
+	return conv.Stream(src, features.StreamOptions{BatchSize: batchSize}), r, nil
+}

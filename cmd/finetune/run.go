@@ -1,0 +1,283 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/term"
+
+	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf"
+)
+
+// job is one rank's part of a run.
+type job struct {
+	cfg        Config
+	hvd        *horovod.Horovod
+	rank, size int
+	in         *inputs
+	model      *bertgraph.Model
+	conv       *features.Converter
+	ckpts      *checkpoint.Manager // rank 0's checkpoints (nil on other ranks)
+	stop       *stopper
+	console    *console
+}
+
+// errInterrupted ends a run stopped by a signal after its checkpoint was written.
+type errInterrupted struct{ sig os.Signal }
+
+func (e errInterrupted) Error() string { return fmt.Sprintf("stopped by %v", e.sig) }
+
+// run returns the process exit status: 0 on success, 2 for a command-line mistake, 128+n after
+// signal n (with a checkpoint written), 1 otherwise.
+func run(args []string) int {
+	cfg, err := parseConfig(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var usage *usageError
+	if errors.As(err, &usage) {
+		fmt.Fprintf(os.Stderr, "finetune: %v\nRun finetune -help for the flags.\n", err)
+		return 2
+	}
+	stop := newStopper()
+	defer stop.close()
+	hvd, err := horovod.Init()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "finetune: %v\n", err)
+		return 1
+	}
+	j := &job{cfg: cfg, hvd: hvd, rank: hvd.Rank(), size: hvd.Size(), stop: stop, console: newConsole(hvd.Rank())}
+	err = j.run()
+	if serr := hvd.Shutdown(); serr != nil && err == nil && !errors.Is(serr, horovod.ErrShutdown) {
+		err = serr
+	}
+	var intr errInterrupted
+	switch {
+	case errors.As(err, &intr):
+		j.console.rankf("%v: exiting after the checkpoint of the last step", intr.sig)
+		return exitCode(intr.sig)
+	case err != nil:
+		j.console.errorf("%v", err)
+		return 1
+	}
+	return 0
+}
+
+func (j *job) run() error {
+	if err := j.setup(); err != nil {
+		return err
+	}
+	defer j.model.Close()
+	step, err := int64(0), error(nil)
+	if j.cfg.DoTrain {
+		if step, err = j.train(); err != nil {
+			return err
+		}
+	} else if j.rank == 0 {
+		if step, err = j.restoreForInference(); err != nil {
+			return err
+		}
+	}
+	// Evaluation, prediction and export are rank 0's alone: the other ranks leave the job here,
+	// and rank 0 needs no collective any more.
+	if err := j.hvd.Shutdown(); err != nil && !errors.Is(err, horovod.ErrShutdown) {
+		return err
+	}
+	if j.rank != 0 {
+		return nil
+	}
+	if j.cfg.DoEval {
+		if err := j.evaluate(step); err != nil {
+			return err
+		}
+	}
+	if j.cfg.DoPredict {
+		if err := j.predict(); err != nil {
+			return err
+		}
+	}
+	if j.cfg.DoTrain && j.cfg.ExportDir != "none" {
+		return j.export(step)
+	}
+	return nil
+}
+
+// setup validates the inputs, loads the model and checks it against the flags on every rank,
+// then makes the ranks agree that all of them are ready: a rank that cannot start fails the
+// whole job with its reason, before any training, and no rank waits for it forever.
+func (j *job) setup() error {
+	err := j.prepare()
+	if j.size > 1 {
+		ok := int32(1)
+		if err != nil {
+			ok = 0
+		}
+		t, _ := horovod.NewTensor([]int{1}, []int32{ok})
+		all, aerr := j.hvd.Allgather("finetune/setup", t)
+		if aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		flags, _ := horovod.Values[int32](all)
+		var failed []string
+		for r, f := range flags {
+			if f == 0 {
+				failed = append(failed, strconv.Itoa(r))
+			}
+		}
+		if err == nil && failed != nil {
+			err = fmt.Errorf("rank(s) %s could not start (see their errors); stopping before training", strings.Join(failed, ", "))
+		}
+	}
+	if err != nil && j.model != nil {
+		j.model.Close()
+	}
+	return err
+}
+
+func (j *job) prepare() error {
+	c := &j.cfg
+	in, err := validate(c, j.rank)
+	if err != nil {
+		return err
+	}
+	j.in = in
+	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions()})
+	if err != nil {
+		return err
+	}
+	ct := j.model.Contract()
+	if ct.MaxSeqLength != c.MaxSeqLength {
+		return fmt.Errorf("--max_seq_length %d, but --saved_model %s was exported for %d: pass --max_seq_length=%d or export again with --max_seq_length %d",
+			c.MaxSeqLength, c.SavedModel, ct.MaxSeqLength, ct.MaxSeqLength, c.MaxSeqLength)
+	}
+	names := c.Labels
+	if names == nil {
+		names = ct.LabelNames
+	}
+	if len(names) != ct.NumLabels {
+		return fmt.Errorf("--labels %s names %d labels, but --saved_model %s classifies %d", strings.Join(names, ","), len(names), c.SavedModel, ct.NumLabels)
+	}
+	labels, err := features.NewLabels(names)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(in.vocabPath, c.DoLowerCase)
+	if err != nil {
+		return err
+	}
+	if j.conv, err = features.NewConverter(tok, c.MaxSeqLength, labels); err != nil {
+		return err
+	}
+	if j.rank == 0 {
+		if j.ckpts, err = checkpoint.Open(in.rankDir, c.KeepCheckpointMax, c.KeepCheckpointEveryNHours); err != nil {
+			return err
+		}
+		if ct.DoLowerCase != c.DoLowerCase {
+			j.console.infof("warning: --do_lower_case=%v but %s was exported with do_lower_case=%v", c.DoLowerCase, c.SavedModel, ct.DoLowerCase)
+		}
+		j.console.infof("%d rank(s), %s backend; model %s (%d variables, max_seq_length %d, labels %s); TensorFlow %s",
+			j.size, j.hvd.Backend(), c.SavedModel, len(ct.Variables), ct.MaxSeqLength, strings.Join(names, ","), tf.Version())
+	}
+	return nil
+}
+
+// sessionOptions is the Horovod recipe's per-rank session: the cores of the machine shared
+// among its ranks, one GPU per rank by local rank (grown as needed), soft placement, XLA on
+// request.
+func (j *job) sessionOptions() *tf.SessionOptions {
+	threads := j.cfg.Threads
+	if threads == 0 {
+		threads = max(1, runtime.NumCPU()/max(1, j.hvd.LocalSize()))
+	}
+	o := &tf.SessionOptions{
+		IntraOpThreads:     int32(threads),
+		InterOpThreads:     int32(j.cfg.InterOpThreads),
+		AllowSoftPlacement: true,
+		GPU:                tf.GPUOptions{AllowGrowth: true, VisibleDeviceList: strconv.Itoa(j.hvd.LocalRank())},
+	}
+	if j.cfg.UseXLA {
+		o.GlobalJitLevel = tf.JitOn1
+	}
+	return o
+}
+
+// restoreForInference gives rank 0 the weights to evaluate or predict with when not training:
+// the latest checkpoint of --output_dir, else --init_checkpoint, else the SavedModel's own.
+func (j *job) restoreForInference() (int64, error) {
+	prefix, _, ok, err := j.ckpts.Latest()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case ok:
+		if err := j.model.Restore(prefix); err != nil {
+			return 0, err
+		}
+		j.console.infof("evaluating %s", prefix)
+	case j.cfg.InitCheckpoint != "":
+		report, err := j.model.InitFromCheckpoint(j.cfg.InitCheckpoint)
+		if err != nil {
+			return 0, err
+		}
+		j.console.infof("%s", strings.TrimSuffix(report.String(), "\n"))
+	default:
+		j.console.infof("warning: no checkpoint in %s and no --init_checkpoint: using the weights of %s", j.cfg.OutputDir, j.cfg.SavedModel)
+	}
+	return j.model.GlobalStep()
+}
+
+// console writes rank 0's log and the other ranks' few lines, through the progress bar when
+// one is drawn.
+type console struct {
+	rank int
+	bar  *progress.Reporter
+}
+
+func newConsole(rank int) *console { return &console{rank: rank} }
+
+func (c *console) write(line string) {
+	if c.bar != nil {
+		c.bar.Logf("%s", line)
+		return
+	}
+	fmt.Fprintln(os.Stderr, line)
+}
+
+// infof logs on rank 0 only.
+func (c *console) infof(format string, args ...any) {
+	if c.rank == 0 {
+		c.write("finetune: " + fmt.Sprintf(format, args...))
+	}
+}
+
+// rankf logs on every rank, naming it.
+func (c *console) rankf(format string, args ...any) {
+	c.write(fmt.Sprintf("finetune[rank %d]: ", c.rank) + fmt.Sprintf(format, args...))
+}
+
+func (c *console) errorf(format string, args ...any) {
+	c.write(fmt.Sprintf("finetune[rank %d]: error: ", c.rank) + fmt.Sprintf(format, args...))
+}
+
+func isTerminal(f *os.File) (bool, int) {
+	fd := int(f.Fd())
+	if !term.IsTerminal(fd) {
+		return false, 0
+	}
+	w, _, err := term.GetSize(fd)
+	if err != nil {
+		w = 80
+	}
+	return true, w
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+)
+
+// stopper turns SIGINT and SIGTERM into a request to stop at the next step boundary. The ranks
+// agree on it through the step's statistics allreduce, so that all of them stop after the same
+// step, rank 0 writes a checkpoint, and every rank exits on its own. A second signal exits at
+// once. SIGTERM matters as much as SIGINT: mpirun turns a Ctrl-C into SIGTERM for the ranks, and
+// schedulers preempt with it.
+type stopper struct {
+	sig atomic.Value // os.Signal of the first request
+	ch  chan os.Signal
+}
+
+func newStopper() *stopper {
+	s := &stopper{ch: make(chan os.Signal, 2)}
+	// A closed standard output (mpirun tearing down its forwarding) must not kill rank 0 in the
+	// middle of its last checkpoint: writes then fail with EPIPE instead.
+	signal.Ignore(syscall.SIGPIPE)
+	signal.Notify(s.ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		first := <-s.ch
+		s.sig.Store(first)
+		second := <-s.ch
+		fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
+		os.Exit(exitCode(second))
+	}()
+	return s
+}
+
+// requested returns the signal that asked to stop, or nil.
+func (s *stopper) requested() os.Signal {
+	v, _ := s.sig.Load().(os.Signal)
+	return v
+}
+
+func (s *stopper) close() { signal.Stop(s.ch) }
+
+// exitCode is the shell's 128 + signal number.
+func exitCode(sig os.Signal) int {
+	if n, ok := sig.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
+}

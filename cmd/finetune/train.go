@@ -1,0 +1,295 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/events"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/schedule"
+	"github.com/gorovod/gorovod/horovod"
+)
+
+// maxConsecutiveSkips ends a run whose gradients stay non-finite: it has diverged, and skipping
+// forever would only burn the allocation.
+const maxConsecutiveSkips = 100
+
+// train runs the training phase and returns the global step reached.
+func (j *job) train() (int64, error) {
+	c := &j.cfg
+	path, cache, reused, err := trainFeatures(c, j.in, j.conv, j.rank, j.size)
+	if err != nil {
+		return 0, err
+	}
+	how := "converted"
+	if reused {
+		how = "reused"
+	}
+	j.console.rankf("%d training examples (%s %s), %d bad lines skipped", cache.Examples, how, path, cache.Skipped)
+	counts, err := j.sumInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped))
+	if err != nil {
+		return 0, err
+	}
+	sched, err := schedule.New(int(counts[0]), c.TrainBatchSize, c.NumTrainEpochs, c.WarmupProportion, c.LearningRate, j.size)
+	if err != nil {
+		return 0, err
+	}
+	j.console.infof("***** Running training *****  examples = %d (%d skipped), batch = %d per rank x %d ranks, steps = %d, warmup = %d, peak learning rate = %g",
+		counts[0], counts[1], c.TrainBatchSize, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
+
+	start, err := j.initialWeights()
+	if err != nil {
+		return 0, err
+	}
+	if start >= sched.TrainSteps {
+		j.console.infof("%s already holds step %d of %d: nothing to train", c.OutputDir, start, sched.TrainSteps)
+		return start, nil
+	}
+	ds, err := tfrecord.OpenDataset([]string{path}, tfrecord.DatasetOptions{
+		ShuffleBuffer: c.ShuffleBuffer, Seed: uint64(c.Seed)*1_000_003 + uint64(j.rank), Repeat: true})
+	if err != nil {
+		return 0, err
+	}
+	defer ds.Close()
+	// A resumed run continues the same example sequence where the interrupted one stopped.
+	for range start * int64(c.TrainBatchSize) {
+		if _, err := ds.Next(); err != nil {
+			return 0, err
+		}
+	}
+	return j.loop(ds, sched, start)
+}
+
+// initialWeights makes every rank start from the same state: the latest checkpoint of rank 0's
+// output directory (model, optimizer slots and global step, on every rank), or else the
+// SavedModel's weights with --init_checkpoint applied on rank 0, broadcast from it.
+func (j *job) initialWeights() (int64, error) {
+	prefix := ""
+	if j.rank == 0 {
+		p, _, ok, err := j.ckpts.Latest()
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			prefix = p
+		}
+	}
+	local, step, err := shareCheckpoint(j.hvd, prefix, j.in.rankDir)
+	if err != nil {
+		return 0, err
+	}
+	if local != "" {
+		if err := j.model.Restore(local); err != nil {
+			return 0, err
+		}
+		got, err := j.model.GlobalStep()
+		if err != nil {
+			return 0, err
+		}
+		if got != step {
+			return 0, fmt.Errorf("checkpoint %s holds global_step %d, its name says %d", local, got, step)
+		}
+		j.console.infof("resuming from %s at step %d", prefix, step)
+		if local != prefix { // a received copy: restored, no longer needed
+			os.RemoveAll(filepath.Dir(local))
+		}
+		return step, nil
+	}
+	if j.rank == 0 && j.cfg.InitCheckpoint != "" {
+		report, err := j.model.InitFromCheckpoint(j.cfg.InitCheckpoint)
+		if err != nil {
+			return 0, err
+		}
+		j.console.infof("%s", report.String())
+	}
+	values := j.model.NewFlatTensors()
+	if err := j.model.ReadVariables(values); err != nil {
+		return 0, err
+	}
+	if err := j.hvd.BroadcastVariables(j.named(values), 0); err != nil {
+		return 0, err
+	}
+	if j.rank != 0 {
+		if err := j.model.AssignVariables(values); err != nil {
+			return 0, err
+		}
+	}
+	return j.model.GlobalStep()
+}
+
+// named views each variable's part of f as a horovod tensor named after the variable.
+func (j *job) named(f *bertgraph.FlatTensors) []horovod.NamedTensor {
+	vars := j.model.Variables()
+	out := make([]horovod.NamedTensor, len(vars))
+	for i, v := range vars {
+		shape := make([]int, len(v.Shape))
+		for k, d := range v.Shape {
+			shape[k] = int(d)
+		}
+		t, _ := horovod.NewTensor(shape, f.Parts[i])
+		out[i] = horovod.NamedTensor{Name: v.Name, Tensor: t}
+	}
+	return out
+}
+
+// sumInt64 adds values over all ranks.
+func (j *job) sumInt64(name string, values ...int64) ([]int64, error) {
+	t, _ := horovod.NewTensor(nil, values)
+	out, err := j.hvd.Allreduce(name, t, horovod.AllreduceOptions{Op: horovod.Sum})
+	if err != nil {
+		return nil, err
+	}
+	return horovod.Values[int64](out)
+}
+
+// loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
+// and on rank 0 the progress, the summaries and the checkpoints.
+func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (int64, error) {
+	c := &j.cfg
+	first := step
+	compression := horovod.NoCompression
+	if c.UseFP16 {
+		compression = horovod.FP16Compression
+	}
+	reducer, err := j.hvd.NewReducer(horovod.ReducerOptions{Compression: compression})
+	if err != nil {
+		return step, err
+	}
+	grads, avg := j.model.NewFlatTensors(), j.model.NewFlatTensors()
+	named := j.named(grads)
+
+	var ev *events.Writer
+	if j.rank == 0 {
+		if ev, err = events.Create(j.in.rankDir); err != nil {
+			return step, err
+		}
+		defer ev.Close()
+		term, width := isTerminal(os.Stderr)
+		j.console.bar = progress.New(os.Stderr, term, width, step, sched.TrainSteps, c.LogStepCountSteps)
+	}
+	stats := make([]float64, 3) // loss, correct, examples: summed over ranks
+	stop := make([]int32, 1)    // the signal a rank received: the maximum over ranks
+	statsT, _ := horovod.NewTensor(nil, stats)
+	stopT, _ := horovod.NewTensor(nil, stop)
+	var skipped, consecutive int64
+	var interrupted os.Signal
+	globalBatch := c.TrainBatchSize * j.size
+	for step < sched.TrainSteps && interrupted == nil {
+		batch, err := ds.NextBatch(c.TrainBatchSize, c.MaxSeqLength, true)
+		if err != nil {
+			return step, err
+		}
+		st, err := j.model.TrainStep(batch, bertgraph.DropoutSeed{c.Seed + int64(j.rank), step}, grads)
+		if err != nil {
+			return step, err
+		}
+		stats[0], stats[1], stats[2] = float64(st.Loss), float64(st.Correct), float64(st.Examples)
+		stop[0] = 0
+		if sig := j.stop.requested(); sig != nil {
+			stop[0] = int32(exitCode(sig) - 128)
+		}
+		// The statistics travel beside the gradients: submitted first, they negotiate in the
+		// same cycle as the reducer's tensors.
+		statsH, err := j.hvd.AllreduceAsync("finetune/step_stats", statsT, horovod.AllreduceOptions{Op: horovod.Sum})
+		if err != nil {
+			return step, err
+		}
+		stopH, err := j.hvd.AllreduceAsync("finetune/stop", stopT, horovod.AllreduceOptions{Op: horovod.Max})
+		if err != nil {
+			return step, err
+		}
+		reduced, _, err := reducer.Reduce(named)
+		if err != nil {
+			return step, err
+		}
+		for i, r := range reduced {
+			v, err := horovod.Values[float32](r.Tensor)
+			if err != nil {
+				return step, err
+			}
+			copy(avg.Parts[i], v)
+		}
+		sum, err := statsH.Wait()
+		if err != nil {
+			return step, err
+		}
+		stopAll, err := stopH.Wait()
+		if err != nil {
+			return step, err
+		}
+		lr := sched.LearningRate(step)
+		res, err := j.model.Apply(avg, float32(lr), float32(c.ClipNorm))
+		if err != nil {
+			return step, err
+		}
+		if !res.Applied {
+			skipped++
+			consecutive++
+			j.console.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)", step, res.GlobalNorm, skipped)
+			if consecutive >= maxConsecutiveSkips {
+				return step, fmt.Errorf("the gradients were not finite for %d steps in a row at step %d: training diverged", consecutive, step)
+			}
+		} else {
+			consecutive = 0
+		}
+		step = res.GlobalStep
+		if sig := signalOf(stopAll); sig != nil {
+			interrupted = sig
+		}
+		if j.rank != 0 {
+			continue
+		}
+		sums, _ := horovod.Values[float64](sum)
+		loss := sums[0] / float64(j.size)
+		j.console.bar.Report(progress.Step{Step: step, Loss: loss, LR: lr, Examples: globalBatch, Skipped: skipped})
+		if err := ev.Scalars(step, map[string]float64{"loss": loss, "learning_rate": lr,
+			"global_norm": float64(res.GlobalNorm), "examples_per_sec": j.console.bar.Rate(),
+			"train_accuracy": sums[1] / max(1, sums[2])}); err != nil {
+			return step, err
+		}
+		if res.Applied && c.SaveCheckpointsSteps > 0 && step%int64(c.SaveCheckpointsSteps) == 0 {
+			if err := j.saveCheckpoint(step); err != nil {
+				return step, err
+			}
+		}
+	}
+	if j.rank == 0 {
+		if err := j.saveCheckpoint(step); err != nil {
+			return step, err
+		}
+		j.console.bar.Done(step, (step-first)*int64(globalBatch))
+		j.console.bar = nil
+	}
+	if interrupted != nil {
+		// No rank leaves before rank 0's checkpoint is complete.
+		if err := j.hvd.Barrier(); err != nil {
+			return step, err
+		}
+		return step, errInterrupted{interrupted}
+	}
+	return step, nil
+}
+
+func (j *job) saveCheckpoint(step int64) error {
+	p, err := j.ckpts.Save(step, func(prefix string) error {
+		_, err := j.model.Save(prefix)
+		return err
+	})
+	if err == nil {
+		j.console.infof("saved checkpoint %s", p)
+	}
+	return err
+}
+
+// signalOf reads the agreed stop request: a signal number, 0 for none.
+func signalOf(t horovod.Tensor) os.Signal {
+	v, err := horovod.Values[int32](t)
+	if err != nil || len(v) != 1 || v[0] == 0 {
+		return nil
+	}
+	return syscall.Signal(v[0])
+}
