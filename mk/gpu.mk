@@ -2,8 +2,8 @@
 # on machines without Docker or a GPU, and the GPU check itself. The CPU tests of packages nccl
 # and horovod/ncclbackend run in go-test like every other package.
 
-.PHONY: docker-gpu lint-gpu gpu-check
-TEST_TARGETS += lint-gpu
+.PHONY: docker-gpu lint-gpu test-gpu-agreement gpu-check
+TEST_TARGETS += lint-gpu test-gpu-agreement
 
 DOCKER    ?= docker
 GPU_IMAGE ?= gorovod:gpu
@@ -16,6 +16,18 @@ docker-gpu:
 lint-gpu: $(VENV_STAMP)
 	$(VENV)/bin/hadolint $(ROOT)/docker/gpu.Dockerfile
 	$(VENV)/bin/shellcheck $(ROOT)/scripts/gpu-check.sh
+
+# A two-rank job where rank 0 can set up NCCL (over nccl/testdata/fakelib.c, built here) and
+# rank 1 cannot: both must fail Open with the same account of who failed, and neither may hang.
+test-gpu-agreement:
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	gcc -shared -fPIC -DFAKE_CUDA -o $$tmp/libcudart.so $(ROOT)/nccl/testdata/fakelib.c; \
+	gcc -shared -fPIC -DFAKE_NCCL -o $$tmp/libnccl.so $(ROOT)/nccl/testdata/fakelib.c; \
+	$(GO) test -c -o $$tmp/ncclbackend.test $(ROOT)/horovod/ncclbackend; \
+	run="env GOROVOD_TEST_SETUP_AGREEMENT=1 FAKE_CUDA_DEVICES=2 GOROVOD_NCCL_LIBRARY=$$tmp/libnccl.so"; \
+	timeout 120 $(MPIRUN) \
+	  -np 1 $$run GOROVOD_CUDART_LIBRARY=$$tmp/libcudart.so $$tmp/ncclbackend.test -test.run SetupAgreementUnderMpirun : \
+	  -np 1 $$run GOROVOD_CUDART_LIBRARY=/nonexistent/libcudart.so.12 $$tmp/ncclbackend.test -test.run SetupAgreementUnderMpirun
 
 # On a machine with a GPU (or inside the image: docker run --gpus all $(GPU_IMAGE) scripts/gpu-check.sh).
 gpu-check:

@@ -23,7 +23,7 @@ type LibraryNotFoundError struct {
 
 func (e *LibraryNotFoundError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "nccl: %s library not found; looked in %d places:", e.Library, len(e.Tried))
+	fmt.Fprintf(&b, "nccl: %s library not found; looked in %d place(s):", e.Library, len(e.Tried))
 	for _, a := range e.Tried {
 		fmt.Fprintf(&b, "\n  %s: %s: %s", a.Source, a.Path, a.Err)
 	}

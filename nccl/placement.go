@@ -29,7 +29,7 @@ type PlacementError struct {
 
 func (e *PlacementError) Error() string {
 	return fmt.Sprintf("nccl: %d ranks on this machine but only %d GPU(s) visible (local rank %d has none): "+
-		"start at most %d ranks per machine (mpirun -npernode %d) or make more GPUs visible (CUDA_VISIBLE_DEVICES)",
+		"start at most %d rank(s) per machine (mpirun -npernode %d) or make more GPUs visible (CUDA_VISIBLE_DEVICES)",
 		e.LocalSize, e.Devices, e.LocalRank, e.Devices, e.Devices)
 }
 

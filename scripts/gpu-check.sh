@@ -10,7 +10,8 @@
 #    min, max, product) of float32, float16, int32 and float64, broadcast, and with two or more
 #    GPUs a two-rank allreduce with exact expected sums;
 # 3. runs the NCCL backend's tests at size 1, which compare every collective against the CPU
-#    (local) backend byte for byte;
+#    (local) backend byte for byte, and with two or more GPUs a job of one rank per GPU (up to
+#    8) comparing the NCCL backend with the MPI backend;
 # 4. measures host <-> device staging bandwidth (128 MiB, pinned) and the fp16
 #    compress -> stage -> allreduce -> stage -> decompress time for 128 MiB of float32 gradients;
 # 5. prints one verdict line: "gpu-check: PASS ..." or "gpu-check: FAIL ...".
@@ -30,10 +31,13 @@ fail() {
 	exit 1
 }
 
-# step NAME SECONDS CMD...: run CMD with a time limit, its output in $log/NAME.log and on screen.
+# step NAME SECONDS CMD...: run CMD with a time limit (never past the 5-minute budget), its
+# output in $log/NAME.log and on screen.
 step() {
-	local name=$1 limit=$2
+	local name=$1 limit=$2 left=$((300 - (SECONDS - start)))
 	shift 2
+	[ "$left" -gt 0 ] || fail "the 5-minute budget, before $name"
+	[ "$limit" -le "$left" ] || limit=$left
 	echo "== $name"
 	timeout "$limit" "$@" 2>&1 | tee "$log/$name.log"
 	local rc=${PIPESTATUS[0]}
@@ -56,6 +60,21 @@ else
 fi
 step nccl-gpu-tests 90 "$GO" test -count=1 -v -run 'GPU' ./nccl/
 step backend-tests 90 "$GO" test -count=1 -v ./horovod/ncclbackend/
+# With two or more GPUs: a real job, one rank per GPU, comparing the NCCL backend with the MPI
+# backend on rank-dependent data (allreduce of every dtype and op, broadcast from every root,
+# allgatherv with uneven counts).
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+multi="not run (fewer than 2 GPUs)"
+if [ "${ngpu:-0}" -ge 2 ]; then
+	np=$((ngpu < 8 ? ngpu : 8))
+	if [ "$(id -u)" = 0 ]; then
+		export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+	fi
+	step backend-test-binary 120 "$GO" test -c -o "$log/ncclbackend.test" ./horovod/ncclbackend/
+	step backend-vs-mpi 120 mpirun -np "$np" --bind-to none -x GOROVOD_REQUIRE_GPU \
+		"$log/ncclbackend.test" -test.run UnderMpirun -test.v
+	multi="$np ranks agree with MPI"
+fi
 step staging-bench 60 "$GO" test -count=1 -run '^$' -bench 'GPUStaging' -benchtime 20x ./nccl/
 step fp16-bench 90 "$GO" test -count=1 -run '^$' -bench 'FP16Pipeline|Staging' -benchtime 5x ./horovod/ncclbackend/
 
@@ -76,4 +95,4 @@ echo "   pinned staging, 128 MiB: host->device ${h2d} GB/s, device->host ${d2h} 
 echo "   NCCL backend allreduce of 128 MiB float32 at size 1 (Go copy -> pinned -> device -> pinned -> Go): ${stage} ms"
 echo "   fp16 compress -> stage -> allreduce -> stage -> decompress, 128 MiB of float32 gradients: ${fp16} ms"
 [ "$elapsed" -lt 300 ] || fail "the 5-minute budget (${elapsed}s)"
-echo "gpu-check: PASS in ${elapsed}s on ${gpu}: H2D ${h2d} GB/s, D2H ${d2h} GB/s, fp16 pipeline 128 MiB ${fp16} ms, staged allreduce 128 MiB ${stage} ms"
+echo "gpu-check: PASS in ${elapsed}s on ${gpu} (multi-GPU: ${multi}): H2D ${h2d} GB/s, D2H ${d2h} GB/s, fp16 pipeline 128 MiB ${fp16} ms, staged allreduce 128 MiB ${stage} ms"
