@@ -22,13 +22,14 @@ FROM ${GO_IMAGE} AS go
 FROM ${CUDA_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# Ubuntu packages: gcc and make for cgo and the Makefile, Python for the TensorFlow wheel,
+# Ubuntu packages: gcc, make and pkg-config for cgo (horovod/mpi finds OpenMPI through
+# pkg-config) and the Makefile, Python for the TensorFlow wheel,
 # OpenMPI for the MPI backend and mpirun (openssh-client: mpirun starts remote ranks over ssh).
 # Versions follow the base image's Ubuntu release.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      ca-certificates gcc g++ make git python3 python3-venv \
+      ca-certificates gcc g++ make pkg-config git python3 python3-venv \
       openmpi-bin libopenmpi-dev openssh-client \
  && rm -rf /var/lib/apt/lists/*
 

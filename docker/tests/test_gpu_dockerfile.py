@@ -74,3 +74,11 @@ def test_binaries_are_built_and_gpu_packages_tested_in_the_image():
     assert "go test -count=1 ./nccl/ ./horovod/ncclbackend/" in runs
     env = " ".join(args for word, args in instructions() if word == "ENV")
     assert "OMPI_ALLOW_RUN_AS_ROOT=1" in env and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in env
+
+
+def test_cgo_build_tools_are_installed():
+    runs = " ".join(args for word, args in instructions() if word == "RUN")
+    uses_pkg_config = any("#cgo pkg-config:" in p.read_text() for p in ROOT.rglob("*.go") if ".venv" not in p.parts)
+    assert not uses_pkg_config or " pkg-config " in runs, "a cgo package uses pkg-config: install it in the image"
+    for tool in (" gcc ", " make ", " libopenmpi-dev ", " openmpi-bin "):
+        assert tool in runs, f"{tool.strip()} is not installed in the image"
