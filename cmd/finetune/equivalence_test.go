@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+)
+
+// compareRuns has TensorFlow read the runs' event files and final checkpoints and reports, for
+// each run against the first, the largest difference of the per-step loss and of any saved
+// variable (model weights, Adam slots, global step).
+const compareRuns = `
+import json, sys
+import numpy as np
+import tensorflow as tf
+
+def load(d):
+    losses = {}
+    for f in sorted(tf.io.gfile.glob(d + "/events.out.tfevents.*")):
+        for e in tf.compat.v1.train.summary_iterator(f):
+            for v in e.summary.value:
+                if v.tag == "loss":
+                    losses[e.step] = v.simple_value
+    r = tf.train.load_checkpoint(d)
+    weights = {k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if k.endswith("VARIABLE_VALUE")}
+    return losses, weights
+
+ref_losses, ref_weights = load(sys.argv[1])
+out = []
+for d in sys.argv[2:]:
+    losses, weights = load(d)
+    assert sorted(losses) == sorted(ref_losses), (sorted(losses), sorted(ref_losses))
+    assert sorted(weights) == sorted(ref_weights)
+    out.append({
+        "steps": len(losses),
+        "max_loss_diff": max(abs(losses[s] - ref_losses[s]) for s in losses),
+        "max_weight_diff": max(float(np.max(np.abs(weights[k].astype(np.float64) - ref_weights[k]))) for k in weights),
+        "variables": len(weights),
+    })
+print(json.dumps(out))
+`
+
+// With dropout off, N steps on 2 ranks with batch b are the same computation as N steps on 1
+// rank with batch 2b over the same examples: each step's union of the ranks' batches is the
+// single rank's batch (line i goes to rank i % 2, file order kept), the average of the ranks'
+// mean gradients is the mean gradient of the union, and the learning rate the 2-rank run gives
+// (scaled by its size) is the 1-rank one. Losses and every saved variable must agree within 1e-5
+// with an fp32 allreduce; with fp16 compression within the bound documented in README.
+func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
+	model := tinyModel(t, false)
+	data := t.TempDir()
+	const b, steps = 4, 6
+	writeData(t, data, 2*b*steps, 8, 8)
+	common := []string{"--do_train", "--num_train_epochs=1", "--warmup_proportion=0", "--shuffle_buffer=0",
+		"--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
+	one := filepath.Join(t.TempDir(), "one")
+	mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, one, append(common, "--train_batch_size=8", "--learning_rate=2e-3")...)...))
+	runs := []string{one}
+	for _, fp16 := range []string{"false", "true"} {
+		dir := filepath.Join(t.TempDir(), "two-fp16-"+fp16)
+		mustSucceed(t, mpirun(t, 2, tinyFlags(model, data, dir, append(common, "--train_batch_size=4", "--learning_rate=1e-3",
+			"--use_fp16="+fp16)...)...))
+		runs = append(runs, dir)
+	}
+	var got []struct {
+		Steps         int     `json:"steps"`
+		MaxLossDiff   float64 `json:"max_loss_diff"`
+		MaxWeightDiff float64 `json:"max_weight_diff"`
+		Variables     int     `json:"variables"`
+	}
+	if err := json.Unmarshal(testenv.Python(t, compareRuns, runs...), &got); err != nil {
+		t.Fatal(err)
+	}
+	fp32, fp16 := got[0], got[1]
+	t.Logf("fp32 allreduce: %+v", fp32)
+	t.Logf("fp16 allreduce: %+v", fp16)
+	if fp32.Steps != steps || fp32.Variables < 3*40 {
+		t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", fp32.Steps, fp32.Variables, steps)
+	}
+	if fp32.MaxLossDiff > 1e-5 || fp32.MaxWeightDiff > 1e-5 {
+		t.Errorf("fp32: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g, weights by %g (bound 1e-5)",
+			b, 2*b, fp32.MaxLossDiff, fp32.MaxWeightDiff)
+	}
+	// fp16 rounds each gradient to 11 significant bits (relative error 2^-11); Adam's update
+	// m/sqrt(v) is scale-free, so a weight moves by at most the learning rate per step whatever
+	// the rounding. Bounds (README, "Equivalence"): loss within 1e-3, weights within
+	// steps x peak learning rate x 0.1.
+	if fp16.MaxLossDiff > fp16LossBound || fp16.MaxWeightDiff > steps*2e-3*fp16WeightFraction {
+		t.Errorf("fp16: loss differs by %g (bound %g), weights by %g (bound %g)",
+			fp16.MaxLossDiff, fp16LossBound, fp16.MaxWeightDiff, steps*2e-3*fp16WeightFraction)
+	}
+	if fp16.MaxWeightDiff == 0 {
+		t.Errorf("fp16 compression changed nothing: is it applied?")
+	}
+}
+
+const (
+	fp16LossBound      = 1e-3
+	fp16WeightFraction = 0.1
+)
