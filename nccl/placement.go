@@ -73,11 +73,11 @@ func (rt *Runtime) Describe(dev int) (DeviceInfo, error) {
 		return DeviceInfo{}, err
 	}
 	info := DeviceInfo{Device: dev, PCIBusID: bus}
-	if r := nvml.Init(); r != nvml.SUCCESS {
+	if r := rt.nvml.Init(); r != nvml.SUCCESS {
 		return info, fmt.Errorf("nccl: describing GPU %d (PCI %s): nvml.Init: %v", dev, bus, r)
 	}
-	defer nvml.Shutdown()
-	h, r := nvml.DeviceGetHandleByPciBusId(bus)
+	defer rt.nvml.Shutdown()
+	h, r := rt.nvml.DeviceGetHandleByPciBusId(bus)
 	if r != nvml.SUCCESS {
 		return info, fmt.Errorf("nccl: describing GPU %d: NVML has no device at PCI %s: %v", dev, bus, r)
 	}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 type fixedCount struct {
@@ -61,11 +64,45 @@ func TestDescribe(t *testing.T) {
 	if info.PCIBusID != "0000:11:00.0" || info.Device != 1 {
 		t.Errorf("info = %+v", info)
 	}
-	// The fake PCI bus id matches no NVML device: the error says which step failed, whether
-	// NVML is missing (CPU machines) or present.
+	// The real NVML: missing on CPU machines, and it knows no device at the fake's PCI bus id
+	// where it is present. Either way the error names the GPU and the bus id is kept.
 	if err == nil || !strings.Contains(err.Error(), "describing GPU 1") {
 		t.Errorf("err = %v", err)
 	}
+	// The NVML side, through go-nvml's own mock: the device is looked up by the PCI bus id CUDA
+	// gave, and each NVML failure names its step.
+	dev := &mock.Device{
+		GetNameFunc:       func() (string, nvml.Return) { return "NVIDIA H200", nvml.SUCCESS },
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 141 << 30, Free: 140 << 30}, nvml.SUCCESS },
+	}
+	var asked string
+	lib := &mock.Interface{
+		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc: func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetHandleByPciBusIdFunc: func(bus string) (nvml.Device, nvml.Return) {
+			asked = bus
+			return dev, nvml.SUCCESS
+		},
+	}
+	rt.nvml = lib
+	info, err = rt.Describe(1)
+	want := DeviceInfo{Device: 1, PCIBusID: "0000:11:00.0", Name: "NVIDIA H200", MemoryTotal: 141 << 30, MemoryFree: 140 << 30}
+	if err != nil || info != want || asked != "0000:11:00.0" || len(lib.ShutdownCalls()) != 1 {
+		t.Errorf("Describe = %+v, %v (asked NVML for %q)", info, err, asked)
+	}
+	dev.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+	if _, err := rt.Describe(1); err == nil || !strings.Contains(err.Error(), "memory: ") {
+		t.Errorf("memory failure: %v", err)
+	}
+	dev.GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+	if _, err := rt.Describe(1); err == nil || !strings.Contains(err.Error(), "name: ") {
+		t.Errorf("name failure: %v", err)
+	}
+	lib.DeviceGetHandleByPciBusIdFunc = func(string) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+	if _, err := rt.Describe(0); err == nil || !strings.Contains(err.Error(), "NVML has no device at PCI 0000:10:00.0") {
+		t.Errorf("lookup failure: %v", err)
+	}
+
 	s := DeviceInfo{Device: 3, PCIBusID: "0000:3B:00.0", Name: "NVIDIA H100", MemoryTotal: 80 << 30, MemoryFree: 79 << 30}.String()
 	if s != "GPU 3 NVIDIA H100 (PCI 0000:3B:00.0, 80.0 GiB, 79.0 GiB free)" {
 		t.Errorf("String = %q", s)

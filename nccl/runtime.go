@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Runtime is the CUDA runtime (libcudart), loaded with LoadRuntime. Its methods are safe for
@@ -23,6 +25,8 @@ type Runtime struct {
 	malloc, free, hostAlloc, freeHost, memGetInfo                  unsafe.Pointer
 	memcpyAsync, streamCreateWithFlags, streamSynchronize          unsafe.Pointer
 	streamQuery, streamDestroy, deviceGetPCIBusID                  unsafe.Pointer
+
+	nvml nvml.Interface // for Describe; loads libnvidia-ml with dlopen when first used
 
 	countOnce sync.Once
 	count     int
@@ -37,7 +41,7 @@ func LoadRuntime(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := &Runtime{path: lib.path}
+	rt := &Runtime{path: lib.path, nvml: nvml.New()}
 	if err := lib.symbols([]symbolSlot{
 		{"cudaGetDeviceCount", &rt.getDeviceCount},
 		{"cudaSetDevice", &rt.setDevice},
