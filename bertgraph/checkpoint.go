@@ -3,6 +3,8 @@ package bertgraph
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -11,8 +13,12 @@ import (
 
 // Save writes every variable (model, optimizer slots, global step) to the checkpoint prefix
 // through the SaverDef, and returns the prefix written. The keys are listed in the contract
-// (checkpoint_key); Python reads the files with tf.train.load_checkpoint.
+// (checkpoint_key); Python reads the files with tf.train.load_checkpoint. The prefix's
+// directory is created if needed.
 func (m *Model) Save(prefix string) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
+		return "", fmt.Errorf("bertgraph: save: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, err := m.sm.Save(prefix)

@@ -61,6 +61,9 @@ func (m *Model) ExportServing(dir string) (err error) {
 			return fmt.Errorf("bertgraph: export serving: %w", err)
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(staging, "variables"), 0o755); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
 	if _, err := serving.Save(filepath.Join(staging, "variables", "variables")); err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}

@@ -108,3 +108,5 @@ func separableBatch(rng *rand.Rand, n int) *features.Batch {
 	}
 	return b
 }
+
+func newRand() *rand.Rand { return rand.New(rand.NewPCG(42, 43)) }

@@ -99,10 +99,9 @@ func (b *batchTensors) set(batch *features.Batch, seqLength int, labels bool, nu
 		return fmt.Errorf("bertgraph: batch has sequence length %d, the model takes %d", batch.SeqLength, seqLength)
 	}
 	n, s := int64(batch.BatchSize), int64(seqLength)
-	for name, v := range map[string][]int32{"input_ids": batch.InputIDs, "input_mask": batch.InputMask, "segment_ids": batch.SegmentIDs} {
-		if int64(len(v)) != n*s {
-			return fmt.Errorf("bertgraph: batch %s has %d values, want %d x %d", name, len(v), n, s)
-		}
+	if int64(len(batch.InputIDs)) != n*s || int64(len(batch.InputMask)) != n*s || int64(len(batch.SegmentIDs)) != n*s {
+		return fmt.Errorf("bertgraph: batch has %d input_ids, %d input_mask and %d segment_ids values, want %d x %d each",
+			len(batch.InputIDs), len(batch.InputMask), len(batch.SegmentIDs), n, s)
 	}
 	var err error
 	if b.ids, err = reuse(b.ids, batch.InputIDs, n, s); err != nil {

@@ -1,0 +1,144 @@
+package bertgraph
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// copyModel copies the fixture SavedModel and lets edit rewrite its contract.
+func copyModel(t *testing.T, edit func(c map[string]any)) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := copyTree(fixture.Model, dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, ContractFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	edit(c)
+	if b, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
+	empty := t.TempDir()
+	serving := filepath.Join(fixture.Model, "assets.extra", "serving")
+	noGraph := copyModel(t, func(map[string]any) {})
+	if err := os.Remove(filepath.Join(noGraph, "saved_model.pb")); err != nil {
+		t.Fatal(err)
+	}
+	// The serving model carries serving_default only: with the training contract it lacks the rest.
+	trainingContractOnServingModel := filepath.Join(t.TempDir(), "serving")
+	if err := copyTree(serving, trainingContractOnServingModel); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(filepath.Join(fixture.Model, ContractFile), filepath.Join(trainingContractOnServingModel, ContractFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir string
+		want      []string
+	}{
+		{"no contract", empty, []string{empty, "not a gorovod BERT SavedModel", "gorovod_contract.json"}},
+		{"contract version", copyModel(t, func(c map[string]any) { c["contract_version"] = 99.0 }),
+			[]string{"contract version 99", "version 1"}},
+		{"serving model", serving, []string{"serving", "LoadClassifier"}},
+		{"no saved_model.pb", noGraph, []string{"saved_model.pb"}},
+		{"variable without gradient", copyModel(t, func(c map[string]any) {
+			vars := c["variables"].([]any)
+			c["variables"] = vars[:len(vars)-1]
+		}), []string{"train_step has 41 gradient outputs for 40 variables", `signature "apply_gradients" has 43 inputs, want 42`}},
+		{"wrong max_seq_length", copyModel(t, func(c map[string]any) { c["max_seq_length"] = 32.0 }),
+			[]string{`signature "train_step" input "input_ids" has shape [?,16], want [?,32]`, `signature "predict"`}},
+		{"shape of a variable", copyModel(t, func(c map[string]any) {
+			v := c["variables"].([]any)[0].(map[string]any)
+			v["shape"] = []any{127.0, 32.0}
+		}), []string{`signature "train_step" output "grad_0000" has shape [128,32], want [127,32]`}},
+		{"missing signatures", trainingContractOnServingModel,
+			[]string{`signature "train_step" is missing`, `signature "apply_gradients" is missing`, `signature "read_variables" is missing`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Load(tc.dir, testOptions())
+			if err == nil {
+				m.Close()
+				t.Fatal("Load succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	// A training model handed to the Classifier.
+	if _, err := LoadClassifier(fixture.Model, ClassifierOptions{}); err == nil || !strings.Contains(err.Error(), "ExportServing") {
+		t.Errorf("LoadClassifier(training model): %v", err)
+	}
+}
+
+func TestBatchErrorsNameTheProblem(t *testing.T) {
+	m := loadFixture(t)
+	grads := m.NewFlatTensors()
+	b := separableBatch(newRand(), 4)
+	b.LabelIDs[2] = 5
+	if _, err := m.TrainStep(b, DropoutSeed{}, grads); err == nil || !strings.Contains(err.Error(), "example 2 has label id 5") {
+		t.Errorf("out-of-range label: %v", err)
+	}
+	short := separableBatch(newRand(), 4)
+	short.SeqLength = 8
+	if _, err := m.Eval(short); err == nil || !strings.Contains(err.Error(), "sequence length 8, the model takes 16") {
+		t.Errorf("wrong sequence length: %v", err)
+	}
+	if _, err := m.TrainStep(separableBatch(newRand(), 4), DropoutSeed{}, &FlatTensors{}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("0 tensors for %d variables", len(m.Variables()))) {
+		t.Errorf("unallocated gradients: %v", err)
+	}
+	if _, err := m.Apply(grads, 1e-3, 0); err == nil || !strings.Contains(err.Error(), "clip norm 0") {
+		t.Errorf("zero clip norm: %v", err)
+	}
+}
+
+func TestTrainStepDoesNotAllocatePerStepBuffers(t *testing.T) {
+	m := loadFixture(t)
+	grads := m.NewFlatTensors()
+	b := separableBatch(newRand(), 8)
+	step := func() {
+		if _, err := m.TrainStep(b, DropoutSeed{1, 2}, grads); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Apply(grads, 1e-3, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step() // allocates the reusable input and gradient tensors
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const steps = 10
+	for range steps {
+		step()
+	}
+	runtime.ReadMemStats(&after)
+	perStep := (after.TotalAlloc - before.TotalAlloc) / steps
+	gradientBytes := uint64(4 * len(grads.Data))
+	// What remains per step is bookkeeping (tensor handles, fetch slices), not gradient-sized
+	// buffers: the gradients land in grads and the apply feeds are overwritten in place.
+	if perStep > gradientBytes/2 {
+		t.Errorf("%d bytes allocated per step for %d bytes of gradients", perStep, gradientBytes)
+	}
+	t.Logf("%d Go bytes allocated per train+apply step (gradients: %d bytes)", perStep, gradientBytes)
+}

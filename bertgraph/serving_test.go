@@ -1,0 +1,237 @@
+package bertgraph
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+	"github.com/gorovod/gorovod/tf"
+)
+
+func TestInitFromGoogleCheckpointWithMissingNames(t *testing.T) {
+	m := loadFixture(t)
+	before := m.NewFlatTensors()
+	if err := m.ReadVariables(before); err != nil {
+		t.Fatal(err)
+	}
+	report, err := m.InitFromCheckpoint(fixture.Google)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := []string{"bert/pooler/dense/bias", "output_weights", "output_bias"}
+	if got := report.Missing(); !slices.Equal(got, missing) {
+		t.Errorf("missing %v, want %v", got, missing)
+	}
+	if !slices.Equal(report.Unused, []string{"cls/predictions/output_bias"}) {
+		t.Errorf("unused %v", report.Unused)
+	}
+	if n := strings.Count(report.String(), "*INIT_FROM_CKPT*"); n != len(m.Variables())-3 || n != report.Initialized() {
+		t.Errorf("%d *INIT_FROM_CKPT* lines for %d variables:\n%s", n, len(m.Variables()), report)
+	}
+	after := m.NewFlatTensors()
+	if err := m.ReadVariables(after); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := tf.OpenCheckpoint(fixture.Google)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ckpt.Close()
+	for i, e := range report.Entries {
+		if e.From == "" {
+			if !slices.Equal(after.Parts[i], before.Parts[i]) {
+				t.Errorf("%s is not in the checkpoint but changed", e.Variable)
+			}
+			continue
+		}
+		want, err := ckpt.Read(e.From)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values, _ := want.Float32s()
+		want.Close()
+		if e.From != e.Variable || !slices.Equal(after.Parts[i], values) {
+			t.Errorf("%s: initialised from %q, values equal: %v", e.Variable, e.From, slices.Equal(after.Parts[i], values))
+		}
+		if slices.Equal(before.Parts[i], values) && strings.HasSuffix(e.Variable, "kernel") {
+			t.Errorf("%s: the checkpoint holds the model's own values; the test proves nothing", e.Variable)
+		}
+	}
+
+	// A checkpoint written by Save initialises every variable, by checkpoint key.
+	prefix := filepath.Join(t.TempDir(), "own.ckpt")
+	if _, err := m.Save(prefix); err != nil {
+		t.Fatal(err)
+	}
+	other := loadFixture(t)
+	r, err := other.InitFromCheckpoint(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Initialized() != len(m.Variables()) || !strings.HasSuffix(r.Entries[0].From, "/.ATTRIBUTES/VARIABLE_VALUE") {
+		t.Errorf("init from own checkpoint: %d of %d, first from %q", r.Initialized(), len(m.Variables()), r.Entries[0].From)
+	}
+	if _, err := m.InitFromCheckpoint(filepath.Join(t.TempDir(), "nope.ckpt")); err == nil || !strings.Contains(err.Error(), "nope.ckpt") {
+		t.Errorf("init from a missing checkpoint: %v", err)
+	}
+}
+
+// trained returns the fixture model after a few steps, so exports carry weights that differ
+// from the ones the exporter wrote.
+func trained(t *testing.T) *Model {
+	m := loadFixture(t)
+	rng := rand.New(rand.NewPCG(9, 10))
+	grads := m.NewFlatTensors()
+	for step := range 3 {
+		if _, err := m.TrainStep(separableBatch(rng, 8), DropoutSeed{1, int64(step)}, grads); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Apply(grads, 1e-2, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+func TestExportedServingModelPredictsLikeGo(t *testing.T) {
+	m := trained(t)
+	batch := separableBatch(rand.New(rand.NewPCG(11, 12)), 6)
+	goPred, err := m.Predict(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	export := filepath.Join(dir, "serving")
+	if err := m.ExportServing(export); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := json.Marshal(map[string][][]int32{"input_ids": rows(batch.InputIDs, seqLength),
+		"input_mask": rows(batch.InputMask, seqLength), "segment_ids": rows(batch.SegmentIDs, seqLength)})
+	if err := os.WriteFile(filepath.Join(dir, "batch.json"), in, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := python("serve", "--model", export, "--input", filepath.Join(dir, "batch.json"), "--out", filepath.Join(dir, "py.json")); err != nil {
+		t.Fatal(err)
+	}
+	var py struct{ Probabilities, Logits [][]float32 }
+	b, err := os.ReadFile(filepath.Join(dir, "py.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &py)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch.BatchSize {
+		for j := range m.NumLabels() {
+			if d := math.Abs(float64(py.Logits[i][j] - goPred.Logits[i*2+j])); d > 1e-5 {
+				t.Errorf("example %d label %d: Python logit %v, Go %v", i, j, py.Logits[i][j], goPred.Logits[i*2+j])
+			}
+		}
+	}
+	// The export carries the trained weights, not the exporter's.
+	orig := loadFixture(t)
+	origPred, err := orig.Predict(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(origPred.Logits, goPred.Logits) {
+		t.Error("training did not change the predictions; the comparison proves nothing")
+	}
+	cli := exec.Command(filepath.Join("..", ".venv", "bin", "saved_model_cli"), "show", "--dir", export, "--tag_set", "serve", "--signature_def", "serving_default")
+	cli.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=3")
+	out, err := cli.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "outputs['probabilities']") || !strings.Contains(string(out), "inputs['input_ids']") {
+		t.Errorf("saved_model_cli show: %v\n%s", err, out)
+	}
+	// A second export over the first replaces it.
+	if err := m.ExportServing(export); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("Classifier", func(t *testing.T) { testClassifier(t, export, m) })
+}
+
+func testClassifier(t *testing.T, dir string, m *Model) {
+	c, err := LoadClassifier(dir, ClassifierOptions{MaxBatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !slices.Equal(c.Labels(), []string{"neg", "pos"}) {
+		t.Errorf("labels %v", c.Labels())
+	}
+	texts := []string{"w1 w2 w3", "W70 w71 w90 w100", "w5", "w64 w65 unknownword w66", "", "w120 w121 w122 w123 w124 w125 w126 w127 w119 w118 w117 w116 w115 w114 w113"}
+	want, err := c.Predict(texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reference: the same texts through the tokenizer, features and the training model's predict.
+	tok, err := tokenizer.Load(m.VocabPath(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err := features.NewConverter(tok, seqLength, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := make([]features.InputExample, len(texts))
+	for i, s := range texts {
+		examples[i] = features.InputExample{GUID: fmt.Sprint(i), TextA: s}
+	}
+	batch, err := conv.ConvertBatch(examples, len(texts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := m.Predict(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range want {
+		for j, v := range p.Probabilities {
+			if math.Abs(float64(v-ref.Row(i)[j])) > 1e-6 {
+				t.Errorf("text %d: classifier %v, model %v", i, p.Probabilities, ref.Row(i))
+				break
+			}
+		}
+		if p.Label != c.Labels()[p.LabelID] || p.Probabilities[p.LabelID] < p.Probabilities[1-p.LabelID] {
+			t.Errorf("text %d: %+v", i, p)
+		}
+	}
+	// Concurrent callers get the sequential answers.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				got, err := c.Predict(texts[g%3:])
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i, p := range got {
+					if !slices.Equal(p.Probabilities, want[g%3+i].Probabilities) {
+						errs <- fmt.Errorf("goroutine %d text %d: %v, want %v", g, g%3+i, p.Probabilities, want[g%3+i].Probabilities)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
