@@ -1,6 +1,7 @@
 """Reference token ids for the Go tokenizer's cross-check tests.
 
 usage: ref_tokenize.py IMPL --vocab VOCAB [--cased] [--max-chars N] < texts > ids
+       ref_tokenize.py features {hf-json,run_classifier} --vocab VOCAB --max-seq-length N < pairs > features
        ref_tokenize.py categories > categories
 
 IMPL is the reference:
@@ -11,6 +12,12 @@ IMPL is the reference:
 stdin: one text a line, base64 of its raw bytes (so invalid UTF-8 and control characters survive
 the trip); bytes that are not UTF-8 are decoded with replacement, as a Python caller must.
 stdout: one line a text, its ids separated by spaces, no [CLS]/[SEP].
+
+`features` converts examples to run_classifier features of N tokens, with either the
+tokenizer.json beside VOCAB as shipped (its [CLS]/[SEP] template, longest-first truncation and
+padding set to N) or run_classifier.py's own convert_single_example over tokenization.py's
+FullTokenizer (lower-cased). stdin lines are `base64(a)<TAB>base64(b)`, b empty for single
+sequences; stdout lines are `input_ids|input_mask|segment_ids`, each space-separated.
 
 Text equal to a special token ("[SEP]") is tokenized as text, as BERT's tokenization.py does:
 for HF, encode_special_tokens turns off its added-token matching.
@@ -63,7 +70,48 @@ def google(args):
     return lambda texts: [encode(t) for t in texts]
 
 
+def features(args) -> None:
+    pairs = [[base64.b64decode(f).decode("utf-8") for f in line.split(b"\t")] for line in sys.stdin.buffer.read().splitlines()]
+    if args.impl == "hf-json":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(pathlib.Path(args.vocab).with_name("tokenizer.json")))
+        tok.enable_truncation(max_length=args.max_seq_length, strategy="longest_first")
+        tok.enable_padding(length=args.max_seq_length)
+        tok.encode_special_tokens = True
+        encs = [tok.encode(a, b) if b else tok.encode(a) for a, b in pairs]
+        rows = [(e.ids, e.attention_mask, e.type_ids) for e in encs]
+    else:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        import types
+
+        # run_classifier imports modeling and optimization, which need TF1's tf.contrib; the
+        # conversion uses neither.
+        for name in ("bert.modeling", "bert.optimization"):
+            sys.modules[name] = types.ModuleType(name)
+        from absl import flags
+        from bert import run_classifier, tokenization
+
+        flags.FLAGS.mark_as_parsed()
+        tok = tokenization.FullTokenizer(args.vocab, do_lower_case=True)
+        rows = []
+        for i, (a, b) in enumerate(pairs):
+            ex = run_classifier.InputExample(guid=str(i), text_a=a, text_b=b or None, label="0")
+            f = run_classifier.convert_single_example(5, ex, ["0"], args.max_seq_length, tok)
+            rows.append((f.input_ids, f.input_mask, f.segment_ids))
+    for row in rows:
+        sys.stdout.write("|".join(" ".join(map(str, x)) for x in row) + "\n")
+
+
 def main() -> None:
+    if sys.argv[1] == "features":
+        p = argparse.ArgumentParser()
+        p.add_argument("cmd")
+        p.add_argument("impl", choices=("hf-json", "run_classifier"))
+        p.add_argument("--vocab", required=True)
+        p.add_argument("--max-seq-length", type=int, required=True)
+        features(p.parse_args())
+        return
     if sys.argv[1:] == ["categories"]:
         sys.stdout.write("".join(unicodedata.category(chr(c)) + "\n" for c in range(0x110000)))
         return

@@ -68,14 +68,14 @@ func (c *Converter) convertInto(ex InputExample, ids, mask, segs []int32, scratc
 	}
 	toks := c.tok.AppendIDs((*scratch)[:0], ex.TextA)
 	nA := len(toks)
-	nB := 0
-	if ex.TextB != "" {
-		toks = c.tok.AppendIDs(toks, ex.TextB)
-		nB = len(toks) - nA
-	}
+	toks = c.tok.AppendIDs(toks, ex.TextB)
+	nB := len(toks) - nA
 	*scratch = toks
 	a, b := toks[:nA], toks[nA:]
-	if ex.TextB != "" {
+	// As run_classifier, a text b without tokens (empty, or only dropped characters) makes a
+	// single-sequence example: no second [SEP].
+	pair := nB > 0
+	if pair {
 		// _truncate_seq_pair: drop the last token of the longer sequence, of b on a tie, until
 		// both fit beside [CLS] and two [SEP].
 		for nA+nB > c.maxSeqLength-3 {
@@ -95,7 +95,7 @@ func (c *Converter) convertInto(ex InputExample, ids, mask, segs []int32, scratc
 	p += copy(ids[p:], a)
 	ids[p] = c.sep
 	p++
-	if ex.TextB != "" {
+	if pair {
 		q := p
 		p += copy(ids[p:], b)
 		ids[p] = c.sep

@@ -99,6 +99,16 @@ func TestConvertPairLongestFirst(t *testing.T) {
 	}
 }
 
+// A text b without tokens makes a single-sequence example, as in run_classifier.
+func TestConvertEmptyTextB(t *testing.T) {
+	c := newConv(t, 6)
+	f, err := c.Convert(InputExample{TextA: "a b c d e f", TextB: "\u200b\x00 ", Label: "neg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFeatures(t, f, InputFeatures{InputIDs: []int32{2, 5, 6, 7, 8, 3}, InputMask: []int32{1, 1, 1, 1, 1, 1}, SegmentIDs: make([]int32, 6), IsRealExample: true})
+}
+
 func checkFeatures(t *testing.T, got, want InputFeatures) {
 	t.Helper()
 	if !slices.Equal(got.InputIDs, want.InputIDs) || !slices.Equal(got.InputMask, want.InputMask) ||
