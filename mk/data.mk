@@ -35,4 +35,4 @@ test-data: data venv
 BENCH_TARGETS += bench-data
 bench-data: data venv
 	$(PY) $(ROOT)/bertgraph/datatests/bench_tokenizer.py --imdb $(IMDB_DIR)/train.tsv
-	$(GO) test -run '^$$' -bench 'BenchmarkConvertParallel' -benchtime 2x ./bertgraph/features/
+	$(GO) test -run '^$$' -bench 'BenchmarkConvertParallel' -benchtime 3x ./bertgraph/features/
