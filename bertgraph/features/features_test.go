@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
 )
@@ -369,4 +371,57 @@ func TestStreamErrors(t *testing.T) {
 	// Closing early does not hang.
 	early := c.Stream(&SliceSource{Examples: make([]InputExample, 10000)}, StreamOptions{BatchSize: 1, Workers: 2})
 	early.Close()
+}
+
+// countingSource yields n examples and counts how many it has yielded.
+type countingSource struct {
+	n, yielded int
+	mu         sync.Mutex
+}
+
+func (c *countingSource) Next() (InputExample, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.yielded == c.n {
+		return InputExample{}, io.EOF
+	}
+	c.yielded++
+	return InputExample{TextA: "a b c d", Label: "pos"}, nil
+}
+
+func (c *countingSource) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.yielded
+}
+
+// A consumer that stops taking batches stops the reading: the stream holds a bounded number of
+// batches whatever the input's size, so a file larger than memory streams in constant space.
+func TestStreamReadsAheadBoundedly(t *testing.T) {
+	c := newConv(t, 6)
+	const batch, workers = 10, 3
+	src := &countingSource{n: 1 << 30}
+	s := c.Stream(src, StreamOptions{BatchSize: batch, Workers: workers})
+	defer s.Close()
+	for range 5 {
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let the producer run as far ahead as it can.
+	prev := -1
+	for range 100 {
+		time.Sleep(5 * time.Millisecond)
+		n := src.count()
+		if n == prev {
+			break
+		}
+		prev = n
+	}
+	// Taken batches, plus queued futures (2 per worker), plus jobs (1 per worker), plus one
+	// batch per worker in conversion, plus the batch being gathered.
+	limit := (5 + 2*workers + workers + workers + 1) * batch
+	if n := src.count(); n > limit {
+		t.Fatalf("the stream read %d examples ahead of a consumer that took 50: more than %d", n, limit)
+	}
 }
