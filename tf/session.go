@@ -118,8 +118,8 @@ func (s *Session) run(feeds map[Output]*Tensor, fetches []Output, targets []*Ope
 	// The feeds (and the graph behind the outputs) must outlive the C call: their cleanups free them.
 	runtime.KeepAlive(feeds)
 	runtime.KeepAlive(s.graph)
-	if err := st.err(runContext(context, fetches, targets)); err != nil {
-		return nil, err
+	if !st.ok() { // the context string is built only for errors: Run is on the hot path
+		return nil, st.err(runContext(context, fetches, targets))
 	}
 	out := make([]*Tensor, len(results))
 	for i, c := range results {

@@ -64,6 +64,8 @@ func newStatus() status { return status{C.TF_NewStatus()} }
 
 func (s status) delete() { C.TF_DeleteStatus(s.c) }
 
+func (s status) ok() bool { return C.TF_GetCode(s.c) == C.TF_OK }
+
 // err returns nil when the status is OK and an *Error naming op otherwise.
 func (s status) err(op string) error {
 	code := C.TF_GetCode(s.c)
