@@ -50,5 +50,4 @@ FORCE:
 # Go vs Python on the same signatures, same threads, batch 32; prints go/python and peak RSS.
 BENCH_TARGETS += bench-model
 bench-model: model
-	$(GO) test -run '^$$' -bench 'BenchmarkTrainApply' -benchtime 3x ./bertgraph/ 2>&1 \
-	  | grep -v -e '^I0000' -e '^WARNING' -e '^To enable'
+	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply' -benchtime 3x ./bertgraph/
