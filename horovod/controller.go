@@ -197,11 +197,22 @@ func (c *controller) loop() {
 		reqs := c.queue
 		c.queue = nil
 		c.mu.Unlock()
+		groups := map[string]int{} // group -> index in out.groups
 		for _, r := range reqs {
-			if id, ok := c.cacheIndex[r.name]; ok && c.cache[id].equal(&r.spec) {
-				out.cached = setBit(out.cached, id)
-			} else {
+			id, ok := c.cacheIndex[r.name]
+			switch {
+			case !ok || !c.cache[id].sameSignature(&r.spec):
 				out.specs = append(out.specs, &r.spec)
+			case r.group == "":
+				out.cached = setBit(out.cached, id)
+			default:
+				i, seen := groups[r.group]
+				if !seen {
+					i = len(out.groups)
+					groups[r.group] = i
+					out.groups = append(out.groups, cachedGroup{group: r.group, size: r.groupSize})
+				}
+				out.groups[i].cached = setBit(out.groups[i].cached, id)
 			}
 		}
 		msgs, err := c.exchange(out)
@@ -306,7 +317,19 @@ func (c *controller) process(msgs []*message) (responses []*response, stopBy, la
 			if id >= len(c.cache) {
 				return nil, 0, 0, fmt.Errorf("rank %d refers to negotiation cache slot %d of %d: ranks disagree about the cache", r, id, len(c.cache))
 			}
-			c.add(r, c.cache[id], now)
+			s := *c.cache[id]
+			s.group, s.groupSize = "", 0
+			c.add(r, &s, now)
+		}
+		for _, g := range m.groups {
+			for id := range bits(g.cached) {
+				if id >= len(c.cache) {
+					return nil, 0, 0, fmt.Errorf("rank %d refers to negotiation cache slot %d of %d: ranks disagree about the cache", r, id, len(c.cache))
+				}
+				s := *c.cache[id]
+				s.group, s.groupSize = g.group, g.size
+				c.add(r, &s, now)
+			}
 		}
 		for _, s := range m.specs {
 			c.add(r, s, now)

@@ -48,9 +48,14 @@ type spec struct {
 }
 
 func (s *spec) equal(o *spec) bool {
+	return s.sameSignature(o) && s.group == o.group && s.groupSize == o.groupSize
+}
+
+// sameSignature compares everything but the group: what the negotiation cache remembers, since
+// a grouped allreduce gets a new group id on every call.
+func (s *spec) sameSignature(o *spec) bool {
 	return s.name == o.name && s.kind == o.kind && s.dtype == o.dtype && slices.Equal(s.shape, o.shape) &&
-		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root &&
-		s.group == o.group && s.groupSize == o.groupSize
+		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root
 }
 
 // bytes is the size of the tensor the spec describes.
@@ -64,12 +69,20 @@ func (s *spec) bytes() int {
 
 // message is one rank's contribution to a negotiation round: the operations it submitted since
 // the previous round, as references into the shared cache where the signature is already agreed
-// (a bit per cache slot) and in full otherwise.
+// (a bit per cache slot; members of a grouped allreduce by group) and in full otherwise.
 type message struct {
 	shutdown bool
 	joined   bool
 	cached   []byte // bitset over cache slots
+	groups   []cachedGroup
 	specs    []*spec
+}
+
+// cachedGroup is the cached members of one grouped allreduce.
+type cachedGroup struct {
+	group  string
+	size   int
+	cached []byte // bitset over cache slots
 }
 
 const (
@@ -88,6 +101,13 @@ func (m *message) encode(buf []byte) []byte {
 	buf = binary.AppendUvarint(buf, flags)
 	buf = binary.AppendUvarint(buf, uint64(len(m.cached)))
 	buf = append(buf, m.cached...)
+	buf = binary.AppendUvarint(buf, uint64(len(m.groups)))
+	for _, g := range m.groups {
+		buf = appendString(buf, g.group)
+		buf = binary.AppendUvarint(buf, uint64(g.size))
+		buf = binary.AppendUvarint(buf, uint64(len(g.cached)))
+		buf = append(buf, g.cached...)
+	}
 	buf = binary.AppendUvarint(buf, uint64(len(m.specs)))
 	for _, s := range m.specs {
 		buf = appendString(buf, s.name)
@@ -158,6 +178,12 @@ func decodeMessage(b []byte) (*message, error) {
 	flags := d.uvarint()
 	m.shutdown, m.joined = flags&flagShutdown != 0, flags&flagJoined != 0
 	m.cached = d.take(d.uvarint())
+	groups := d.uvarint()
+	for i := uint64(0); i < groups && d.err == nil; i++ {
+		g := cachedGroup{group: string(d.take(d.uvarint())), size: int(d.uvarint())}
+		g.cached = d.take(d.uvarint())
+		m.groups = append(m.groups, g)
+	}
 	n := d.uvarint()
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		s := &spec{name: string(d.take(d.uvarint()))}

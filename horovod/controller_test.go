@@ -1,0 +1,585 @@
+package horovod
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestAllreduceOpsAndScaling(t *testing.T) {
+	hs, _ := job(t, 3)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		r := float32(h.Rank())
+		x := mustTensor(t, []int{2, 2}, []float32{r, -r, 2 * r, 10})
+		for _, c := range []struct {
+			o    AllreduceOptions
+			want []float32
+		}{
+			{AllreduceOptions{Op: Sum}, []float32{3, -3, 6, 30}},
+			{AllreduceOptions{}, []float32{1, -1, 2, 10}},
+			{AllreduceOptions{Op: Min}, []float32{0, -2, 0, 10}},
+			{AllreduceOptions{Op: Max}, []float32{2, 0, 4, 10}},
+			{AllreduceOptions{Op: Sum, Prescale: 0.5, Postscale: 4}, []float32{6, -6, 12, 60}},
+			{AllreduceOptions{Op: Average, Postscale: 3}, []float32{3, -3, 6, 30}},
+		} {
+			got, err := h.Allreduce("x", x, c.o)
+			if err != nil {
+				return err
+			}
+			if v := mustValues[float32](got); !slices.Equal(v, c.want) || !slices.Equal(got.Shape, []int{2, 2}) {
+				return errorf("%+v: got %v %v, want %v", c.o, got.Shape, v, c.want)
+			}
+		}
+		return nil
+	})
+}
+
+func errorf(format string, args ...any) error { return &testError{format, args} }
+
+type testError struct {
+	format string
+	args   []any
+}
+
+func (e *testError) Error() string { return strings.TrimSpace(sprintf(e.format, e.args...)) }
+
+// Every kind of disagreement fails on every rank with the same error, naming the tensor and who
+// sent what.
+func TestMismatchesFailIdenticallyOnEveryRank(t *testing.T) {
+	hs, _ := job(t, 3)
+	cases := []struct {
+		name string
+		run  func(h *Horovod) error
+		want string
+	}{
+		{"shape", func(h *Horovod) error {
+			shape := []int{2, 3}
+			if h.Rank() == 1 {
+				shape = []int{3, 2}
+			}
+			_, err := h.Allreduce("w", mustTensor(t, shape, make([]float32, 6)), AllreduceOptions{})
+			return err
+		}, `horovod: allreduce "w": mismatched shapes: [2 3] on ranks 0,2; [3 2] on rank 1`},
+		{"dtype", func(h *Horovod) error {
+			x := mustTensor(t, nil, make([]float32, 4))
+			if h.Rank() == 2 {
+				x = mustTensor(t, nil, make([]int32, 4))
+			}
+			_, err := h.Allreduce("d", x, AllreduceOptions{})
+			return err
+		}, `horovod: allreduce "d": mismatched data types: float32 on ranks 0,1; int32 on rank 2`},
+		{"op", func(h *Horovod) error {
+			_, err := h.Allreduce("o", mustTensor(t, nil, []int64{1}), AllreduceOptions{Op: ReduceOp(h.Rank() % 2)})
+			return err
+		}, `horovod: allreduce "o": mismatched reduce ops: average on ranks 0,2; sum on rank 1`},
+		{"root", func(h *Horovod) error {
+			_, err := h.Broadcast("b", mustTensor(t, nil, []int8{1}), min(h.Rank(), 1))
+			return err
+		}, `horovod: broadcast "b": mismatched root ranks: 0 on rank 0; 1 on ranks 1,2`},
+		{"kind", func(h *Horovod) error {
+			x := mustTensor(t, []int{1}, []float64{1})
+			var err error
+			if h.Rank() == 0 {
+				_, err = h.Allgather("k", x)
+			} else {
+				_, err = h.Allreduce("k", x, AllreduceOptions{})
+			}
+			return err
+		}, `horovod: allgather "k": mismatched operations: allgather on rank 0; allreduce on ranks 1,2`},
+		{"allgather trailing dims", func(h *Horovod) error {
+			_, err := h.Allgather("g", mustTensor(t, []int{1, 1 + h.Rank()/2}, make([]float32, 1+h.Rank()/2)))
+			return err
+		}, `horovod: allgather "g": mismatched shapes beyond the first dimension: [1] on ranks 0,1; [2] on rank 2`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			got := map[int]string{}
+			onEveryRank(t, hs, func(h *Horovod) error {
+				err := c.run(h)
+				var he *Error
+				if !errors.As(err, &he) {
+					return errorf("want a *horovod.Error, got %v", err)
+				}
+				mu.Lock()
+				got[h.Rank()] = err.Error()
+				mu.Unlock()
+				return nil
+			})
+			for r, msg := range got {
+				if msg != c.want {
+					t.Errorf("rank %d: %s\nwant %s", r, msg, c.want)
+				}
+			}
+			// The job is still healthy afterwards.
+			onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+		})
+	}
+}
+
+func TestDuplicateNameInFlight(t *testing.T) {
+	hs, _ := job(t, 2)
+	x := mustTensor(t, nil, []int32{5})
+	first, err := hs[0].AllreduceAsync("dup", x, AllreduceOptions{Op: Sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = hs[0].AllreduceAsync("dup", x, AllreduceOptions{Op: Sum})
+	if err == nil || !strings.Contains(err.Error(), `"dup": duplicate name`) {
+		t.Fatalf("second submission of a name in flight: %v", err)
+	}
+	if _, err := hs[1].Allreduce("dup", x, AllreduceOptions{Op: Sum}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := first.Wait()
+	if err != nil || mustValues[int32](got)[0] != 10 {
+		t.Fatalf("first submission: %v %v", got, err)
+	}
+}
+
+// groupedSizes submits one group of n float32 tensors of 256 elements (1 KiB) on every rank and
+// returns how many backend allreduces rank 0 issued for it.
+func groupedCalls(t *testing.T, threshold, n int) int64 {
+	hs, g := job(t, 2, WithFusionThreshold(threshold))
+	before := g.calls["allreduce"].Load()
+	onEveryRank(t, hs, func(h *Horovod) error {
+		ts := make([]NamedTensor, n)
+		for i := range ts {
+			v := make([]float32, 256)
+			for j := range v {
+				v[j] = float32(i*1000 + j + h.Rank())
+			}
+			ts[i] = NamedTensor{Name: sprintf("t%d", i), Tensor: mustTensor(t, nil, v)}
+		}
+		out, err := h.GroupedAllreduce(ts, AllreduceOptions{Op: Sum})
+		if err != nil {
+			return err
+		}
+		for i, o := range out {
+			for j, v := range mustValues[float32](o) {
+				if want := float32(2*(i*1000+j) + 1); v != want {
+					return errorf("tensor %d element %d: %v, want %v", i, j, v, want)
+				}
+			}
+		}
+		return nil
+	})
+	return g.calls["allreduce"].Load() - before
+}
+
+func TestFusionThreshold(t *testing.T) {
+	for _, c := range []struct{ threshold, n, calls int }{
+		{DefaultFusionThreshold, 10, 1},
+		{0, 10, 10},
+		{4 << 10, 10, 3},
+		{1 << 10, 4, 4},
+	} {
+		if got := groupedCalls(t, c.threshold, c.n); got != int64(c.calls) {
+			t.Errorf("threshold %d, %d tensors of 1 KiB: %d backend allreduces, want %d", c.threshold, c.n, got, c.calls)
+		}
+	}
+}
+
+// After the first round, a repeated step announces its tensors by cache slot, not by description.
+func TestNegotiationIsCached(t *testing.T) {
+	hs, g := job(t, 2)
+	g.recordGathers(true)
+	step := func(shape0 []int) []error {
+		errs := make([]error, 2)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			ts := make([]NamedTensor, 40)
+			for i := range ts {
+				shape := []int{4}
+				if h.Rank() == 0 && shape0 != nil {
+					shape = shape0
+				}
+				ts[i] = NamedTensor{Name: sprintf("model/layer_%02d/kernel/gradient", i), Tensor: mustTensor(t, shape, make([]float32, 4))}
+			}
+			_, errs[h.Rank()] = h.GroupedAllreduce(ts, AllreduceOptions{})
+			return nil
+		})
+		return errs
+	}
+	measure := func(shape0 []int) (int, []error) {
+		g.gathered.Store(0)
+		errs := step(shape0)
+		return int(g.gathered.Load()), errs
+	}
+	first, _ := measure(nil)
+	second, _ := measure(nil)
+	if second*10 > first {
+		t.Errorf("negotiation bytes: first step %d, repeated step %d: want the repeat to be >10x smaller", first, second)
+	}
+	// A cached tensor whose shape changes on one rank is still caught.
+	_, errs := measure([]int{2, 2})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "mismatched shapes: [2 2] on rank 0; [4] on rank 1") {
+			t.Errorf("rank %d after a shape change on rank 0: %v", r, err)
+		}
+	}
+}
+
+func TestGroupsMustMatch(t *testing.T) {
+	hs, _ := job(t, 2)
+	errs := make([]error, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		other := "b"
+		if h.Rank() == 1 {
+			other = "c"
+		}
+		x := mustTensor(t, nil, []float32{1})
+		_, errs[h.Rank()] = h.GroupedAllreduce([]NamedTensor{{"a", x}, {other, x}}, AllreduceOptions{})
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "ranks grouped different tensors in group.1: rank 0: [a b]; rank 1: [a c]") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+}
+
+func TestJoin(t *testing.T) {
+	hs, _ := job(t, 3)
+	last := make([]int, 3)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		var err error
+		if h.Rank() == 1 { // out of data first
+			last[1], err = h.Join()
+			return err
+		}
+		x := mustTensor(t, nil, []float64{float64(h.Rank() + 1)})
+		sum, err := h.Allreduce("s", x, AllreduceOptions{Op: Sum})
+		if err != nil {
+			return err
+		}
+		avg, err := h.Allreduce("a", x, AllreduceOptions{})
+		if err != nil {
+			return err
+		}
+		if s, a := mustValues[float64](sum)[0], mustValues[float64](avg)[0]; s != 4 || a != 4.0/3 {
+			return errorf("with rank 1 joined: sum %v avg %v, want 4 and 4/3", s, a)
+		}
+		rows, err := h.Allgather("g", mustTensor(t, []int{h.Rank() + 1}, slices.Repeat([]int64{int64(h.Rank())}, h.Rank()+1)))
+		if err != nil {
+			return err
+		}
+		if v := mustValues[int64](rows); !slices.Equal(v, []int64{0, 2, 2, 2}) {
+			return errorf("allgather with rank 1 joined: %v", v)
+		}
+		if h.Rank() == 2 {
+			time.Sleep(20 * time.Millisecond) // join last
+		}
+		last[h.Rank()], err = h.Join()
+		return err
+	})
+	if !slices.Equal(last, []int{2, 2, 2}) {
+		t.Errorf("last joined rank as seen by each rank: %v, want 2 everywhere", last)
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+}
+
+func TestStallWarningNamesTensorsAndRanks(t *testing.T) {
+	g := newLoopback(3)
+	var logs [3]syncBuffer
+	hs := make([]*Horovod, 3)
+	for r := range hs {
+		h, err := Init(WithBackend(loopRank{g, r}), WithLogOutput(&logs[r]), WithStallCheck(50*time.Millisecond, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[r] = h
+		defer h.Shutdown()
+	}
+	x := mustTensor(t, nil, []float32{1})
+	h0, _ := hs[0].AllreduceAsync("lonely", x, AllreduceOptions{})
+	h2, _ := hs[2].AllreduceAsync("lonely", x, AllreduceOptions{})
+	time.Sleep(300 * time.Millisecond)
+	if _, err := hs[1].Allreduce("lonely", x, AllreduceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Handle{h0, h2} {
+		if _, err := h.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := logs[0].String(); !strings.Contains(got, `allreduce "lonely"`) || !strings.Contains(got, "missing ranks 1\n") {
+		t.Errorf("rank 0 logged:\n%s", got)
+	}
+	if logs[1].String() != "" {
+		t.Errorf("only rank 0 reports stalls; rank 1 logged %q", logs[1].String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestStallShutdownAborts(t *testing.T) {
+	g := newLoopback(2)
+	var log0 syncBuffer
+	h0, err := Init(WithBackend(loopRank{g, 0}), WithLogOutput(&log0), WithStallCheck(0, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Init(WithBackend(loopRank{g, 1}), WithLogOutput(&bytes.Buffer{}), WithStallCheck(0, 100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1 never submits "never": the job must abort, not wait. (The ranks are abandoned
+	// afterwards: an aborted job has nothing to shut down.)
+	if _, err := h0.AllreduceAsync("never", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.aborted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no abort 5s after a 100ms stall shutdown time")
+	}
+	time.Sleep(10 * time.Millisecond)
+	if got := log0.String(); !strings.Contains(got, `aborting the job`) || !strings.Contains(got, `"never"`) {
+		t.Errorf("rank 0 logged:\n%s", got)
+	}
+}
+
+func TestShutdownOnOneRankFailsTheOthersPendingOps(t *testing.T) {
+	hs, _ := job(t, 2)
+	hd, err := hs[1].AllreduceAsync("orphan", mustTensor(t, nil, []float32{1}), AllreduceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hs[0].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hd.Wait(); !errors.Is(err, ErrShutdown) || !strings.Contains(err.Error(), "rank 0") {
+		t.Fatalf("pending op after rank 0 shut down: %v", err)
+	}
+	if _, err := hs[1].Allreduce("late", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("op submitted after shutdown: %v", err)
+	}
+}
+
+// The timeline is a JSON array of trace events in which each tensor's row nests the phases in
+// Horovod's order.
+func TestTimelinePhases(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	hs, _ := job(t, 2, WithTimeline(path))
+	onEveryRank(t, hs, func(h *Horovod) error {
+		x := mustTensor(t, []int{2}, []float32{1, 2})
+		if _, err := h.GroupedAllreduce([]NamedTensor{{"fused/a", x}, {"fused/b", x}}, AllreduceOptions{}); err != nil {
+			return err
+		}
+		if _, err := h.Allreduce("single", x, AllreduceOptions{}); err != nil {
+			return err
+		}
+		_, err := h.Broadcast("bcast", x, 1)
+		return err
+	})
+	for _, h := range hs {
+		if err := h.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []struct {
+		Name string            `json:"name"`
+		Ph   string            `json:"ph"`
+		TS   int64             `json:"ts"`
+		PID  int               `json:"pid"`
+		Args map[string]string `json:"args"`
+	}
+	if err := json.Unmarshal(raw, &events); err != nil {
+		t.Fatalf("timeline is not a JSON array of events: %v\n%s", err, raw)
+	}
+	rows := map[int]string{}
+	phases := map[string][]string{} // tensor -> phases in order of their B events
+	arrivals := map[string][]string{}
+	depth := map[int]int{}
+	lastTS := map[int]int64{}
+	for _, e := range events {
+		switch e.Ph {
+		case "M":
+			rows[e.PID] = e.Args["name"]
+			continue
+		case "B":
+			depth[e.PID]++
+			phases[rows[e.PID]] = append(phases[rows[e.PID]], e.Name)
+		case "E":
+			depth[e.PID]--
+			if depth[e.PID] < 0 {
+				t.Fatalf("%s: an end without a begin", rows[e.PID])
+			}
+		case "i":
+			arrivals[rows[e.PID]] = append(arrivals[rows[e.PID]], e.Name)
+		}
+		if e.TS < lastTS[e.PID] {
+			t.Errorf("%s: time goes backwards at %s", rows[e.PID], e.Name)
+		}
+		lastTS[e.PID] = e.TS
+	}
+	for pid, d := range depth {
+		if d != 0 {
+			t.Errorf("%s: %d phases left open", rows[pid], d)
+		}
+	}
+	want := map[string][]string{
+		"fused/a": {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "LOOPBACK_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"},
+		"fused/b": {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "LOOPBACK_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"},
+		"single":  {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "LOOPBACK_ALLREDUCE"},
+		"bcast":   {"NEGOTIATE_BROADCAST", "BROADCAST", "QUEUE", "LOOPBACK_BROADCAST"},
+	}
+	for name, w := range want {
+		if !slices.Equal(phases[name], w) {
+			t.Errorf("%s: phases %v, want %v", name, phases[name], w)
+		}
+		if a := slices.Sorted(slices.Values(arrivals[name])); !slices.Equal(a, []string{"0", "1"}) {
+			t.Errorf("%s: rank arrivals %v, want 0 and 1", name, a)
+		}
+	}
+}
+
+func TestReducerAccumulatesCompressesAndAverages(t *testing.T) {
+	hs, _ := job(t, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		red, err := h.NewReducer(ReducerOptions{Compression: FP16Compression, BackwardPassesPerStep: 2, AverageAggregatedGradients: true, GradientPredivideFactor: 2})
+		if err != nil {
+			return err
+		}
+		r := float32(h.Rank())
+		for step := 0; step < 2; step++ {
+			for pass := 0; pass < 2; pass++ {
+				p := float32(pass)
+				grads := []NamedTensor{
+					{"w", mustTensor(t, []int{3}, []float32{r + p, 1.5, 1e5 * r})},
+					{"steps", mustTensor(t, nil, []int64{int64(7 + h.Rank() + pass)})},
+				}
+				out, ready, err := red.Reduce(grads)
+				if err != nil {
+					return err
+				}
+				if ready != (pass == 1) {
+					return errorf("pass %d: ready=%v", pass, ready)
+				}
+				if !ready {
+					continue
+				}
+				// w: mean over passes (r+0.5), then over ranks: 1. fp16 overflow of 1e5 on
+				// rank 1 proves the wire was float16.
+				w := mustValues[float32](out[0].Tensor)
+				if w[0] != 1 || w[1] != 1.5 || !math.IsInf(float64(w[2]), 1) {
+					return errorf("step %d: w = %v, want [1 1.5 +Inf]", step, w)
+				}
+				// Integers pass compression untouched: ((7+8)/2 truncated, (8+9)/2) = 7, 8 -> mean 7.
+				if s := mustValues[int64](out[1].Tensor); out[1].Name != "steps" || s[0] != 7 {
+					return errorf("step %d: steps = %v", step, s)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func TestReducerRejectsMisuse(t *testing.T) {
+	hs, _ := job(t, 1)
+	h := hs[0]
+	if _, err := h.NewReducer(ReducerOptions{Op: Max}); err == nil {
+		t.Error("reducer with Max accepted")
+	}
+	if _, err := h.NewReducer(ReducerOptions{Op: Sum, GradientPredivideFactor: 4}); err == nil {
+		t.Error("predivide with Sum accepted")
+	}
+	red, err := h.NewReducer(ReducerOptions{BackwardPassesPerStep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := mustTensor(t, nil, []float32{1})
+	if _, _, err := red.Reduce([]NamedTensor{{"a", x}, {"a", x}}); err == nil || !strings.Contains(err.Error(), `"a" given twice`) {
+		t.Errorf("duplicate gradient: %v", err)
+	}
+	if _, _, err := red.Reduce([]NamedTensor{{"a", x}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := red.Reduce([]NamedTensor{{"b", x}}); err == nil || !strings.Contains(err.Error(), `"b" appears in backward pass 2`) {
+		t.Errorf("changed variable between passes: %v", err)
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	m := &message{joined: true, cached: []byte{5, 0, 128}, groups: []cachedGroup{{"group.3", 2, []byte{6}}}, specs: []*spec{
+		{name: "a/b", kind: kindAllreduce, dtype: Float16, shape: []int{3, 0, 7}, op: Max, prescale: 0.25, postscale: 3, group: "group.2", groupSize: 4},
+		{name: "", kind: kindBroadcast, dtype: Int8, root: 5},
+	}}
+	enc := m.encode(nil)
+	got, err := decodeMessage(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.shutdown || !got.joined || !bytes.Equal(got.cached, m.cached) || len(got.specs) != 2 ||
+		len(got.groups) != 1 || got.groups[0].group != "group.3" || got.groups[0].size != 2 || !bytes.Equal(got.groups[0].cached, []byte{6}) ||
+		!got.specs[0].equal(m.specs[0]) || !got.specs[1].equal(m.specs[1]) {
+		t.Fatalf("round trip changed the message: %+v", got)
+	}
+	if ids := slices.Collect(bits(got.cached)); !slices.Equal(ids, []int{0, 2, 23}) {
+		t.Fatalf("cache bits %v", ids)
+	}
+	for n := range len(enc) {
+		if _, err := decodeMessage(enc[:n]); err == nil {
+			t.Fatalf("a message truncated to %d of %d bytes decoded", n, len(enc))
+		}
+	}
+}
+
+func TestInitWithoutLauncherIsSizeOne(t *testing.T) {
+	for _, v := range []string{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	h, err := Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown()
+	if h.Size() != 1 || h.Rank() != 0 || h.LocalSize() != 1 || h.Backend() != "local" {
+		t.Fatalf("rank %d of %d on %s", h.Rank(), h.Size(), h.Backend())
+	}
+	got, err := h.Allreduce("x", mustTensor(t, nil, []float32{3}), AllreduceOptions{})
+	if err != nil || mustValues[float32](got)[0] != 3 {
+		t.Fatalf("allreduce of one rank: %v %v", got, err)
+	}
+}
+
+func TestBadEnvironmentIsAnError(t *testing.T) {
+	t.Setenv("HOROVOD_FUSION_THRESHOLD", "lots")
+	if _, err := Init(); err == nil || !strings.Contains(err.Error(), "HOROVOD_FUSION_THRESHOLD") {
+		t.Fatalf("bad HOROVOD_FUSION_THRESHOLD: %v", err)
+	}
+	os.Unsetenv("HOROVOD_FUSION_THRESHOLD")
+	t.Setenv("OMPI_COMM_WORLD_RANK", "4")
+	t.Setenv("OMPI_COMM_WORLD_SIZE", "2")
+	if _, err := Init(); err == nil || !strings.Contains(err.Error(), "OMPI_COMM_WORLD_RANK") {
+		t.Fatalf("rank outside size: %v", err)
+	}
+}

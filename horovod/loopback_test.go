@@ -1,0 +1,226 @@
+package horovod
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// loopback is an in-process backend: n ranks are n Horovod instances in one test process, and
+// every collective is a rendezvous of their goroutines. It lets the controller's logic (negotiation,
+// errors, fusion, join, stalls, timeline) be tested without MPI; the MPI conformance suite checks the
+// same behaviour across processes.
+type loopback struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	size    int
+	slots   [][]byte
+	result  [][]byte // the last completed round's contributions
+	arrived int
+	gen     int
+	calls   map[string]*atomic.Int64 // "allreduce" etc.: collectives issued by rank 0
+	aborted chan int
+
+	record   atomic.Bool
+	gathered atomic.Int64 // bytes rank 0 sent through allgatherv while record is set
+}
+
+func (g *loopback) recordGathers(on bool) { g.record.Store(on) }
+
+type loopRank struct {
+	g    *loopback
+	rank int
+}
+
+func newLoopback(size int) *loopback {
+	g := &loopback{size: size, slots: make([][]byte, size), calls: map[string]*atomic.Int64{}, aborted: make(chan int, size)}
+	for _, k := range []string{"allreduce", "broadcast", "allgatherv", "barrier"} {
+		g.calls[k] = &atomic.Int64{}
+	}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// gather is the one primitive: every rank contributes a copy of send and gets everyone's.
+func (l loopRank) gather(kind string, send []byte) [][]byte {
+	g := l.g
+	if l.rank == 0 {
+		g.calls[kind].Add(1)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gen := g.gen
+	g.slots[l.rank] = bytes.Clone(send)
+	g.arrived++
+	if g.arrived == g.size {
+		// A snapshot: a fast rank may deposit its next contribution before the others wake.
+		g.result = slices.Clone(g.slots)
+		g.arrived = 0
+		g.gen++
+		g.cond.Broadcast()
+	} else {
+		for g.gen == gen {
+			g.cond.Wait()
+		}
+	}
+	return g.result
+}
+
+func (l loopRank) Name() string { return "loopback" }
+func (l loopRank) Topology() backend.Topology {
+	return backend.Topology{Rank: l.rank, Size: l.g.size, LocalRank: l.rank, LocalSize: l.g.size, CrossSize: 1}
+}
+
+func (l loopRank) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	all := l.gather("allreduce", send)
+	acc := make([]float64, len(send)/dt.Size())
+	for r, b := range all {
+		for i := range acc {
+			v := element(b, dt, i)
+			switch {
+			case r == 0:
+				acc[i] = v
+			case op == backend.Sum:
+				acc[i] += v
+			case op == backend.Min:
+				acc[i] = math.Min(acc[i], v)
+			case op == backend.Max:
+				acc[i] = math.Max(acc[i], v)
+			}
+		}
+	}
+	for i, v := range acc {
+		setElement(recv, dt, i, v)
+	}
+	return nil
+}
+
+func element(b []byte, dt backend.DType, i int) float64 {
+	switch dt {
+	case Float32:
+		return float64(view[float32](b)[i])
+	case Float64:
+		return view[float64](b)[i]
+	case Float16:
+		return fp16.ToFloat64(view[uint16](b)[i])
+	case Int32:
+		return float64(view[int32](b)[i])
+	case Int64:
+		return float64(view[int64](b)[i])
+	case Int8:
+		return float64(view[int8](b)[i])
+	}
+	return float64(b[i])
+}
+
+func setElement(b []byte, dt backend.DType, i int, v float64) {
+	switch dt {
+	case Float32:
+		view[float32](b)[i] = float32(v)
+	case Float64:
+		view[float64](b)[i] = v
+	case Float16:
+		view[uint16](b)[i] = fp16.FromFloat64(v)
+	case Int32:
+		view[int32](b)[i] = int32(v)
+	case Int64:
+		view[int64](b)[i] = int64(v)
+	case Int8:
+		view[int8](b)[i] = int8(v)
+	default:
+		b[i] = uint8(v)
+	}
+}
+
+func (l loopRank) Broadcast(buf []byte, root int) error {
+	copy(buf, l.gather("broadcast", buf)[root])
+	return nil
+}
+
+func (l loopRank) Allgatherv(send, recv []byte, counts []int) error {
+	if l.rank == 0 && l.g.record.Load() {
+		l.g.gathered.Add(int64(len(send)))
+	}
+	recv = recv[:0]
+	for _, b := range l.gather("allgatherv", send) {
+		recv = append(recv, b...)
+	}
+	return nil
+}
+
+func (l loopRank) Barrier() error { l.gather("barrier", nil); return nil }
+
+// Abort records the abort and ends the calling goroutine (an abort never returns).
+func (l loopRank) Abort(code int) {
+	l.g.aborted <- l.rank
+	runtime.Goexit()
+}
+
+func (l loopRank) Close() error { return nil }
+
+// job starts size ranks over one loopback and shuts them down when the test ends.
+func job(t *testing.T, size int, opts ...Option) ([]*Horovod, *loopback) {
+	t.Helper()
+	g := newLoopback(size)
+	hs := make([]*Horovod, size)
+	for r := range hs {
+		h, err := Init(append([]Option{WithBackend(loopRank{g, r}), WithLogOutput(&bytes.Buffer{})}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[r] = h
+	}
+	t.Cleanup(func() {
+		for _, h := range hs {
+			h.Shutdown()
+		}
+	})
+	return hs, g
+}
+
+// onEveryRank runs f concurrently for every rank and fails the test with every rank's error.
+func onEveryRank(t *testing.T, hs []*Horovod, f func(h *Horovod) error) {
+	t.Helper()
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
+	for r, h := range hs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(h)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func mustTensor[T Element](t testing.TB, shape []int, v []T) Tensor {
+	t.Helper()
+	x, err := NewTensor(shape, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func mustValues[T Element](t Tensor) []T {
+	v, err := Values[T](t)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+var sprintf = fmt.Sprintf
