@@ -27,6 +27,10 @@ type Reporter struct {
 	rate      float64 // smoothed examples per second, all ranks together
 	stepRate  float64 // smoothed steps per second
 	barActive bool
+	// After the first step (which pays for graph optimisation and warm caches): its end time
+	// and the examples processed since, for the steady rate of the summary.
+	firstDone     time.Time
+	steadyExample int64
 }
 
 // Step is what one training step reports.
@@ -66,6 +70,11 @@ func (r *Reporter) Report(s Step) {
 	t := r.now()
 	dt := t.Sub(r.last).Seconds()
 	r.last = t
+	if r.firstDone.IsZero() {
+		r.firstDone = t
+	} else {
+		r.steadyExample += int64(s.Examples)
+	}
 	if dt > 0 {
 		ex, st := float64(s.Examples)/dt, 1/dt
 		if r.rate == 0 {
@@ -134,18 +143,23 @@ func (r *Reporter) Logf(format string, args ...any) {
 	}
 }
 
-// Done ends the display with a summary line: steps, wall time and mean examples per second.
+// Done ends the display with a summary line: steps, wall time, mean examples per second, and
+// the steady rate after the first step (what benchmarks compare).
 func (r *Reporter) Done(step int64, examples int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.clearBar()
-	el := r.now().Sub(r.start)
-	rate := 0.0
+	t := r.now()
+	el := t.Sub(r.start)
+	rate, steady := 0.0, 0.0
 	if el > 0 {
 		rate = float64(examples) / el.Seconds()
 	}
-	fmt.Fprintf(r.w, "trained steps %d..%d in %s: %.1f examples/sec over all ranks\n",
-		r.first, step, el.Round(time.Millisecond), rate)
+	if d := t.Sub(r.firstDone).Seconds(); !r.firstDone.IsZero() && d > 0 {
+		steady = float64(r.steadyExample) / d
+	}
+	fmt.Fprintf(r.w, "trained steps %d..%d in %s: %.1f examples/sec over all ranks (%.2f after the first step)\n",
+		r.first, step, el.Round(time.Millisecond), rate, steady)
 }
 
 func (r *Reporter) clearBar() {

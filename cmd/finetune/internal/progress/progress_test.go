@@ -32,7 +32,7 @@ func TestPlainLinesEveryNStepsWithRatesAndETA(t *testing.T) {
 		t.Errorf("last line %q", lines[2])
 	}
 	r.Done(10, 640)
-	if !strings.HasSuffix(b.String(), "trained steps 0..10 in 5s: 128.0 examples/sec over all ranks\n") {
+	if !strings.HasSuffix(b.String(), "trained steps 0..10 in 5s: 128.0 examples/sec over all ranks (128.00 after the first step)\n") {
 		t.Errorf("summary: %q", b.String())
 	}
 }

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+)
+
+// rankPIDs finds the finetune processes mpirun started, by rank (OMPI_COMM_WORLD_RANK).
+func rankPIDs(t *testing.T, mpirunPID int) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		close := strings.LastIndexByte(s, ')')
+		if close < 0 || !strings.Contains(s[:close], "(finetune") {
+			continue
+		}
+		fields := strings.Fields(s[close+1:])
+		if len(fields) < 2 || fields[1] != strconv.Itoa(mpirunPID) {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.Fields(s)[0])
+		env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "OMPI_COMM_WORLD_RANK="); ok {
+				r, _ := strconv.Atoi(v)
+				out[r] = pid
+			}
+		}
+	}
+	return out
+}
+
+// startUntilCheckpoint starts cmd and returns once output_dir's state file names a checkpoint
+// of at least step atLeast, with the ranks' process ids.
+func startUntilCheckpoint(t *testing.T, cmd *exec.Cmd, outputDir string, atLeast int64) (*strings.Builder, map[int]int) {
+	t.Helper()
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &syncWriter{b: &out}, &syncWriter{b: &out}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if m, err := checkpoint.Open(outputDir, 0, 0); err == nil {
+			if _, step, ok, _ := m.Latest(); ok && step >= atLeast {
+				pids := rankPIDs(t, cmd.Process.Pid)
+				if len(pids) == 2 {
+					return &out, pids
+				}
+			}
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	t.Fatalf("no checkpoint of step %d within 90s:\n%s", atLeast, out.String())
+	return nil, nil
+}
+
+type syncWriter struct{ b *strings.Builder }
+
+func (w *syncWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
+
+func latestStep(t *testing.T, dir string) int64 {
+	t.Helper()
+	m, err := checkpoint.Open(dir, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, step, ok, err := m.Latest()
+	if err != nil || !ok {
+		t.Fatalf("no checkpoint in %s: %v", dir, err)
+	}
+	return step
+}
+
+// waitExit waits for cmd and returns its exit code and how long it took after since.
+func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time, limit time.Duration) (int, time.Duration) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, time.Since(since)
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("mpirun still running %v after the event", limit)
+		return 0, 0
+	}
+}
+
+// Train on 2 ranks, kill one rank hard after a checkpoint, check the job dies with a message,
+// resume, and check every output: the resumed step, eval_results.txt, test_results.tsv with one
+// row per real example, checkpoints and events as TensorFlow reads them, and the exported
+// serving model's predictions computed by Python TensorFlow against ours.
+func TestTrainKillResumeEvalPredictExport(t *testing.T) {
+	model := tinyModel(t, true)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	const trainLines, testLines = 240, 37
+	writeData(t, data, trainLines, 30, testLines)
+	flags := tinyFlags(model, data, out, "--do_train", "--train_batch_size=4", "--num_train_epochs=8",
+		"--learning_rate=1e-3", "--save_checkpoints_steps=20", "--keep_checkpoint_max=3")
+	const totalSteps = trainLines / 4 * 8 / 2
+
+	first := mpirun(t, 2, flags...)
+	log, pids := startUntilCheckpoint(t, first, out, 40)
+	killed := time.Now()
+	if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, took := waitExit(t, first, killed, 60*time.Second)
+	if code == 0 || !regexp.MustCompile(`(?i)rank 1.*(signal 9|killed)|killed.*rank 1`).MatchString(log.String()) {
+		t.Fatalf("after killing rank 1: exit %d, output lacks a message naming it:\n%s", code, log.String())
+	}
+	t.Logf("rank 1 killed: the job ended in %v with exit %d", took.Round(time.Millisecond), code)
+	resumeAt := latestStep(t, out)
+	if resumeAt >= totalSteps || resumeAt < 40 {
+		t.Fatalf("latest checkpoint after the kill is step %d", resumeAt)
+	}
+
+	second := mustSucceed(t, mpirun(t, 2, append(flags, "--do_eval", "--do_predict", "--predict_batch_size=8")...))
+	if want := fmt.Sprintf("resuming from %s at step %d", filepath.Join(out, fmt.Sprintf("model.ckpt-%d", resumeAt)), resumeAt); !strings.Contains(second, want) {
+		t.Fatalf("resumed run does not say %q:\n%s", want, second)
+	}
+	if !strings.Contains(second, "(reused "+filepath.Join(out, "train.tf_record")+")") {
+		t.Errorf("the feature cache was not reused:\n%s", second)
+	}
+	if latestStep(t, out) != totalSteps {
+		t.Fatalf("final checkpoint at step %d, want %d", latestStep(t, out), totalSteps)
+	}
+
+	// eval_results.txt: run_classifier's four keys, sorted, of the final step.
+	evalText, err := os.ReadFile(filepath.Join(out, "eval_results.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`^eval_accuracy = ([0-9.e-]+)\neval_loss = ([0-9.e-]+)\nglobal_step = (\d+)\nloss = ([0-9.e-]+)\n$`)
+	m := re.FindStringSubmatch(string(evalText))
+	if m == nil || m[3] != strconv.Itoa(totalSteps) {
+		t.Fatalf("eval_results.txt:\n%s", evalText)
+	}
+	if acc, _ := strconv.ParseFloat(m[1], 64); acc < 0.9 {
+		t.Errorf("eval_accuracy %v on a separable task", acc)
+	}
+
+	// test_results.tsv: one row of 2 probabilities per test line.
+	ours := readTestResults(t, filepath.Join(out, "test_results.tsv"))
+	if len(ours) != testLines {
+		t.Fatalf("test_results.tsv has %d rows for %d examples", len(ours), testLines)
+	}
+	for i, row := range ours {
+		if len(row) != 2 || math.Abs(row[0]+row[1]-1) > 1e-5 {
+			t.Fatalf("row %d: %v", i, row)
+		}
+	}
+
+	// TensorFlow's view of the checkpoints, the events and the exported model.
+	var py struct {
+		GlobalStep  int64       `json:"global_step"`
+		Kept        []string    `json:"kept"`
+		HasWeights  bool        `json:"has_weights"`
+		EventSteps  [][]int64   `json:"event_steps"`
+		Tags        []string    `json:"tags"`
+		Predictions [][]float64 `json:"predictions"`
+	}
+	script := `
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+out, data, model, seq, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+r = tf.train.load_checkpoint(out)
+res = {"global_step": int(r.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE")),
+       "kept": [os.path.basename(p) for p in tf.train.get_checkpoint_state(out).all_model_checkpoint_paths],
+       "has_weights": "bert/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE" in r.get_variable_to_shape_map()}
+steps, tags = [], set()
+for f in sorted(tf.io.gfile.glob(out + "/events.out.tfevents.*")):
+    s = []
+    for e in tf.compat.v1.train.summary_iterator(f):
+        if e.summary.value:
+            s.append(e.step)
+            tags |= {v.tag for v in e.summary.value}
+    steps.append(s)
+res["event_steps"], res["tags"] = steps, sorted(tags)
+# Features of the test file computed here: every word of this data is a vocabulary entry.
+vocab = {w: i for i, w in enumerate(open(model + "/assets.extra/vocab.txt").read().split("\n"))}
+ids, mask = [], []
+for line in open(data + "/test.tsv"):
+    words = line.rstrip("\n").split("\t", 1)[1].split()
+    toks = [vocab["[CLS]"]] + [vocab[w] for w in words][: seq - 2] + [vocab["[SEP]"]]
+    ids.append(toks + [0] * (seq - len(toks)))
+    mask.append([1] * len(toks) + [0] * (seq - len(toks)))
+served = tf.saved_model.load(out + "/export/" + step)
+p = served.signatures["serving_default"](input_ids=tf.constant(ids, tf.int32), input_mask=tf.constant(mask, tf.int32),
+                                         segment_ids=tf.zeros([len(ids), seq], tf.int32))["probabilities"]
+res["predictions"] = p.numpy().astype(float).tolist()
+print(json.dumps(res))
+`
+	if err := json.Unmarshal(testenv.Python(t, script, out, data, model, "32", strconv.Itoa(totalSteps)), &py); err != nil {
+		t.Fatal(err)
+	}
+	if py.GlobalStep != totalSteps || !py.HasWeights || len(py.Kept) != 3 || py.Kept[2] != fmt.Sprintf("model.ckpt-%d", totalSteps) {
+		t.Errorf("checkpoint as TensorFlow reads it: %+v", py)
+	}
+	if len(py.EventSteps) != 2 {
+		t.Fatalf("%d event files, want one per run", len(py.EventSteps))
+	}
+	resumed := py.EventSteps[1]
+	if len(resumed) != int(totalSteps-resumeAt) || resumed[0] != resumeAt+1 || resumed[len(resumed)-1] != totalSteps {
+		t.Errorf("the resumed run's events cover steps %v..., want %d..%d", resumed[:min(3, len(resumed))], resumeAt+1, totalSteps)
+	}
+	if strings.Join(py.Tags, ",") != "examples_per_sec,global_norm,learning_rate,loss,train_accuracy" {
+		t.Errorf("event tags %v", py.Tags)
+	}
+	for i := range ours {
+		for k := range 2 {
+			if d := math.Abs(py.Predictions[i][k] - ours[i][k]); d > 1e-5 {
+				t.Fatalf("example %d: exported model gives %v in Python, test_results.tsv %v", i, py.Predictions[i], ours[i])
+			}
+		}
+	}
+}
+
+func readTestResults(t *testing.T, path string) [][]float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rows [][]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var row []float64
+		for _, s := range strings.Split(sc.Text(), "\t") {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				t.Fatalf("%s:%d: %v", path, len(rows)+1, err)
+			}
+			row = append(row, v)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// SIGINT to one rank stops every rank after the same step: rank 0 writes the checkpoint of that
+// step, and all of them exit on their own with 128+SIGINT, none killed.
+func TestSIGINTCheckpointsAndStopsEveryRank(t *testing.T) {
+	model := tinyModel(t, true)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 240, 4, 4)
+	cmd := mpirun(t, 2, tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=4",
+		"--num_train_epochs=100", "--save_checkpoints_steps=20")...)
+	log, pids := startUntilCheckpoint(t, cmd, out, 20)
+	sent := time.Now()
+	if err := syscall.Kill(pids[1], syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	code, took := waitExit(t, cmd, sent, 60*time.Second)
+	output := log.String()
+	t.Logf("SIGINT to rank 1: every rank out after %v, mpirun exit %d", took.Round(time.Millisecond), code)
+	for r := range 2 {
+		if !strings.Contains(output, fmt.Sprintf("finetune[rank %d]: interrupt: exiting after the checkpoint", r)) {
+			t.Errorf("rank %d did not stop cleanly:\n%s", r, output)
+		}
+	}
+	if strings.Contains(output, "signal 9") || strings.Contains(output, "eval_accuracy") {
+		t.Errorf("a rank was killed, or evaluation ran after the interrupt:\n%s", output)
+	}
+	stopped := latestStep(t, out)
+	if stopped%20 == 0 || !strings.Contains(output, fmt.Sprintf("saved checkpoint %s", filepath.Join(out, fmt.Sprintf("model.ckpt-%d", stopped)))) {
+		t.Errorf("the interrupt's checkpoint is step %d, not a step between the periodic ones:\n%s", stopped, output)
+	}
+}
+
+// Bad setups fail before any training, with a message that names the problem.
+func TestBadSetupsFailBeforeTraining(t *testing.T) {
+	model := tinyModel(t, true)
+	data := t.TempDir()
+	writeData(t, data, 16, 4, 4)
+	notDir := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(notDir, nil, 0o644)
+	bigVocab := filepath.Join(t.TempDir(), "vocab.txt")
+	var words []string
+	for i := range 200 {
+		words = append(words, fmt.Sprintf("w%d", i))
+	}
+	os.WriteFile(bigVocab, []byte("[PAD]\n[UNK]\n[CLS]\n[SEP]\n"+strings.Join(words, "\n")+"\n"), 0o644)
+	for _, c := range []struct {
+		name  string
+		flags []string
+		code  int
+		want  string
+	}{
+		{"unknown flag", []string{"--bogus=1"}, 2, "flag provided but not defined: -bogus"},
+		{"missing data", []string{"--data_dir=" + t.TempDir()}, 1, "train.tsv: no such file or directory"},
+		{"vocab larger than the model", []string{"--vocab_file=" + bigVocab}, 1, "has 204 tokens but the model embeds only vocab_size 128"},
+		{"sequence beyond positions", []string{"--max_seq_length=65"}, 1, "only trained up to sequence length 64"},
+		{"sequence other than exported", []string{"--max_seq_length=16"}, 1, "was exported for 32"},
+		{"unwritable output", []string{"--output_dir=" + filepath.Join(notDir, "out")}, 1, "--output_dir: mkdir"},
+		{"labels of another task", []string{"--labels=a,b,c"}, 1, "names 3 labels, but --saved_model"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train"), c.flags...)
+			r := runCmd(t, exec.Command(finetuneBinary(t), args...))
+			if r.code != c.code || !strings.Contains(r.output, c.want) || strings.Contains(r.output, "Running training") {
+				t.Errorf("exit %d (want %d), output lacks %q or trained:\n%s", r.code, c.code, c.want, r.output)
+			}
+		})
+	}
+	// Only rank 1 cannot write its directory: both ranks stop, rank 0 saying why.
+	out := t.TempDir()
+	os.WriteFile(filepath.Join(out, "1"), nil, 0o644)
+	r := runCmd(t, mpirun(t, 2, tinyFlags(model, data, out, "--do_train")...))
+	if r.code == 0 || !strings.Contains(r.output, "rank(s) 1 could not start") ||
+		!strings.Contains(r.output, "finetune[rank 1]: error: --output_dir") || strings.Contains(r.output, "Running training") {
+		t.Errorf("rank 1 without an output directory: exit %d\n%s", r.code, r.output)
+	}
+}

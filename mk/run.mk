@@ -1,0 +1,34 @@
+# cmd/finetune: the main job on its embedded default, and its benchmark.
+#
+#   make run             set up a fresh machine (setup: Debian packages, venv, TensorFlow C library,
+#                        MiniLM SavedModel; data: IMDB), build bin/finetune, fine-tune MiniLM on the
+#                        IMDB subset of the default task with 2 ranks (mpirun -np 2), evaluate on
+#                        dev, predict test, export the serving model, print the dev accuracy
+#   make bench-finetune  examples/s of 1 rank x 1 thread vs 2 ranks x 1 thread (scaling efficiency)
+#                        and vs TensorFlow's MultiWorkerMirroredStrategy with 2 workers, same model,
+#                        batch and records
+#
+# The end-to-end tests (equivalence, kill/resume, SIGINT, bad setups) are Go tests of
+# ./cmd/finetune and run in `make test`'s go-test.
+
+FINETUNE_BIN := $(ROOT)/bin/finetune
+# The default task's output directory (cmd/finetune/config.go: defaultTask).
+FINETUNE_OUT := $(CACHE)/finetune/imdb-minilm
+# Ctrl-C on mpirun reaches the ranks as SIGTERM after this many seconds and SIGKILL after as many
+# again: time for the step in flight and rank 0's checkpoint.
+FINETUNE_MPIRUN := $(MPIRUN) --mca odls_base_sigkill_timeout 10
+
+.PHONY: run finetune-bin bench-finetune
+finetune-bin: setup
+	$(GO) build -o $(FINETUNE_BIN) ./cmd/finetune
+
+# A fresh fine-tuning every time (the output directory would otherwise resume, as run_classifier).
+run: setup data finetune-bin
+	rm -rf $(FINETUNE_OUT)
+	cd $(ROOT) && TF_CPP_MIN_LOG_LEVEL=2 $(FINETUNE_MPIRUN) -np 2 $(FINETUNE_BIN)
+	@echo "dev accuracy (eval_accuracy of $(FINETUNE_OUT)/eval_results.txt): $$(sed -n 's/^eval_accuracy = //p' $(FINETUNE_OUT)/eval_results.txt)"
+
+BENCH_TARGETS += bench-finetune
+bench-finetune: setup data finetune-bin
+	cd $(ROOT) && $(PY) scripts/bench_finetune.py --finetune $(FINETUNE_BIN) --mpirun "$(MPIRUN)" \
+	  --saved_model $(CACHE)/model/imdb_minilm --data_dir $(CACHE)/data/imdb --work $(CACHE)/bench-finetune

@@ -1,0 +1,73 @@
+"""Training throughput of cmd/finetune: scaling from 1 to 2 ranks, and against TensorFlow's
+MultiWorkerMirroredStrategy, measured side by side in one run (make bench-finetune).
+
+1. finetune on 1 rank x 1 intra-op thread, batch B, on the first N training lines;
+2. finetune on 2 ranks x 1 thread each, batch B per rank, on the same N lines;
+3. scripts/bench_mwms.py: 2 MultiWorkerMirroredStrategy workers x 1 thread, batch B per worker,
+   reading the very train.tf_record shards that run 2 wrote for its ranks.
+
+Each rate is examples/s over all ranks after the first step (finetune's summary line; the MWMS
+script skips its warmup step the same way). Prints the figures and two ratios: scaling
+efficiency = rate(2 ranks) / (2 x rate(1 rank)) (target >= 0.9), and gorovod / MWMS (target
+>= 1.0).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+STEADY = re.compile(r"trained steps \d+\.\.\d+ in \S+: [\d.]+ examples/sec over all ranks \(([\d.]+) after the first step\)")
+
+
+def finetune(a, ranks, out):
+    shutil.rmtree(out, ignore_errors=True)
+    steps = a.steps + 1
+    cmd = shlex.split(a.mpirun) + ["-np", str(ranks), a.finetune,
+        "--do_train", f"--saved_model={a.saved_model}", f"--data_dir={a.data_dir}", f"--output_dir={out}",
+        f"--train_batch_size={a.batch_size}", f"--max_train_examples={steps * a.batch_size * 2}",
+        f"--num_train_epochs={1 / (2 / ranks)}", "--threads=1", "--inter_op_threads=1",
+        "--save_checkpoints_steps=0", "--export_dir=none", f"--log_step_count_steps={steps}"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    m = STEADY.search(p.stderr + p.stdout)
+    if p.returncode != 0 or not m:
+        sys.exit(f"bench_finetune: {' '.join(cmd)}: exit {p.returncode}\n{p.stderr}{p.stdout}")
+    return float(m.group(1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--finetune", required=True)
+    p.add_argument("--mpirun", required=True)
+    p.add_argument("--saved_model", required=True)
+    p.add_argument("--data_dir", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--batch_size", type=int, default=8, help="per rank")
+    p.add_argument("--steps", type=int, default=6, help="timed steps after the first")
+    a = p.parse_args()
+    work = pathlib.Path(a.work)
+    one = finetune(a, 1, work / "one")
+    two = finetune(a, 2, work / "two")
+    mwms = subprocess.run([sys.executable, str(pathlib.Path(__file__).parent / "bench_mwms.py"),
+                           "--saved_model", a.saved_model, "--records", str(work / "two/train.tf_record"),
+                           str(work / "two/1/train.tf_record"), "--batch_size", str(a.batch_size),
+                           "--steps", str(a.steps), "--warmup", "1", "--threads", "1", "--inter_op_threads", "1"],
+                          capture_output=True, text=True)
+    lines = [l for l in mwms.stdout.splitlines() if l.startswith("{")]
+    if mwms.returncode != 0 or not lines:
+        sys.exit(f"bench_finetune: bench_mwms.py: exit {mwms.returncode}\n{mwms.stderr[-4000:]}")
+    tf_rate = json.loads(lines[-1])["examples_per_sec"]
+    print(f"finetune MiniLM seq {json.load(open(pathlib.Path(a.saved_model) / 'assets.extra/gorovod_contract.json'))['max_seq_length']}, "
+          f"batch {a.batch_size} per rank, 1 intra-op thread per rank, {a.steps} timed steps:")
+    print(f"  gorovod 1 rank : {one:8.2f} examples/s")
+    print(f"  gorovod 2 ranks: {two:8.2f} examples/s   scaling efficiency {two / (2 * one):.2f} (target >= 0.9)")
+    print(f"  TF MWMS 2 workers: {tf_rate:6.2f} examples/s   gorovod / MWMS = {two / tf_rate:.2f}x (target >= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
