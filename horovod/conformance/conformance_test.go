@@ -1,0 +1,376 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+var (
+	reduceTypes = []backend.DType{backend.Int32, backend.Int64, backend.Float16, backend.Float32, backend.Float64}
+	shapes      = [][]int{{17}, {3, 5}, {2, 3, 4}}
+)
+
+// allreduceInput is rank r's tensor: 2(r+1)k with k cycling through -3..3, so that the sum
+// (k·size·(size+1)), the average (k·(size+1)), the min and the max are exact in every dtype.
+func allreduceInput(rank, n int) (vals, ks []float64) {
+	vals, ks = make([]float64, n), make([]float64, n)
+	for i := range vals {
+		ks[i] = float64(i%7 - 3)
+		vals[i] = 2 * float64(rank+1) * ks[i]
+	}
+	return vals, ks
+}
+
+func TestAllreduceExact(t *testing.T) {
+	size := float64(hvd.Size())
+	for _, dt := range reduceTypes {
+		for _, shape := range shapes {
+			n := numElements(shape)
+			in, ks := allreduceInput(hvd.Rank(), n)
+			for _, op := range []horovod.ReduceOp{horovod.Sum, horovod.Average, horovod.Min, horovod.Max} {
+				want := make([]float64, n)
+				for i, k := range ks {
+					switch op {
+					case horovod.Sum:
+						want[i] = k * size * (size + 1)
+					case horovod.Average:
+						want[i] = k * (size + 1)
+					case horovod.Min:
+						want[i] = math.Min(2*k, 2*k*size)
+					case horovod.Max:
+						want[i] = math.Max(2*k, 2*k*size)
+					}
+				}
+				name := fmt.Sprintf("exact/%v/%v/%v", dt, shape, op)
+				got, err := hvd.Allreduce(name, tensor(dt, shape, in), horovod.AllreduceOptions{Op: op})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				expectValues(t, name, got, dt, shape, want)
+			}
+		}
+	}
+}
+
+// Many tensors submitted together fuse (per dtype) and still come back exact, async and grouped.
+func TestFusedAndGroupedAllreduce(t *testing.T) {
+	size := float64(hvd.Size())
+	var handles []*horovod.Handle
+	var wants [][]float64
+	var named []horovod.NamedTensor
+	for i := 0; i < 24; i++ {
+		dt := reduceTypes[i%len(reduceTypes)]
+		shape := shapes[i%len(shapes)]
+		in, ks := allreduceInput(hvd.Rank(), numElements(shape))
+		want := make([]float64, len(ks))
+		for j, k := range ks {
+			want[j] = k * size * (size + 1)
+		}
+		x := tensor(dt, shape, in)
+		h, err := hvd.AllreduceAsync(fmt.Sprintf("fused/%d", i), x, horovod.AllreduceOptions{Op: horovod.Sum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+		wants = append(wants, want)
+		named = append(named, horovod.NamedTensor{Name: fmt.Sprintf("grouped/%d", i), Tensor: x})
+	}
+	for i, h := range handles {
+		got, err := h.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectValues(t, fmt.Sprintf("fused/%d", i), got, named[i].DType, named[i].Shape, wants[i])
+	}
+	outs, err := hvd.GroupedAllreduce(named, horovod.AllreduceOptions{Op: horovod.Sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range outs {
+		expectValues(t, named[i].Name, got, named[i].DType, named[i].Shape, wants[i])
+	}
+}
+
+func TestPrescalePostscale(t *testing.T) {
+	size := float64(hvd.Size())
+	for _, dt := range reduceTypes {
+		in, ks := allreduceInput(hvd.Rank(), 12)
+		want := make([]float64, len(ks))
+		for i, k := range ks {
+			// Σ 3·2(r+1)k · 0.5 = 1.5·k·size·(size+1), an integer: size·(size+1) is even.
+			want[i] = 1.5 * k * size * (size + 1)
+		}
+		got, err := hvd.Allreduce("scaled/"+dt.String(), tensor(dt, []int{12}, in), horovod.AllreduceOptions{Op: horovod.Sum, Prescale: 3, Postscale: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectValues(t, "scaled/"+dt.String(), got, dt, []int{12}, want)
+	}
+}
+
+func TestAllgatherVariableFirstDimension(t *testing.T) {
+	for _, dt := range backend.DTypes {
+		for _, inner := range [][]int{{}, {3}, {2, 2}} {
+			shape := append([]int{hvd.Rank() + 1}, inner...)
+			row := numElements(inner)
+			in := make([]float64, numElements(shape))
+			for i := range in {
+				in[i] = float64(10*hvd.Rank() + i%10)
+			}
+			var want []float64
+			rows := 0
+			for r := 0; r < hvd.Size(); r++ {
+				for i := 0; i < (r+1)*row; i++ {
+					want = append(want, float64(10*r+i%10))
+				}
+				rows += r + 1
+			}
+			name := fmt.Sprintf("gather/%v/%v", dt, inner)
+			got, err := hvd.Allgather(name, tensor(dt, shape, in))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			expectValues(t, name, got, dt, append([]int{rows}, inner...), want)
+		}
+	}
+}
+
+func TestBroadcastEveryDtypeFromEveryRoot(t *testing.T) {
+	for root := 0; root < hvd.Size(); root++ {
+		for _, dt := range backend.DTypes {
+			shape := []int{3, 5}
+			mine := make([]float64, 15)
+			want := make([]float64, 15)
+			for i := range mine {
+				mine[i] = float64((hvd.Rank()*31 + i) % 100)
+				want[i] = float64((root*31 + i) % 100)
+			}
+			x := tensor(dt, shape, mine)
+			before := append([]byte(nil), x.Data...)
+			name := fmt.Sprintf("bcast/%d/%v", root, dt)
+			got, err := hvd.Broadcast(name, x, root)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			expectValues(t, name, got, dt, shape, want)
+			if string(before) != string(x.Data) {
+				t.Errorf("%s: Broadcast modified its input", name)
+			}
+		}
+	}
+	// In place, for the initial weights.
+	vars := []horovod.NamedTensor{
+		{Name: "kernel", Tensor: tensor(backend.Float32, []int{2, 2}, []float64{float64(hvd.Rank()), 1, 2, 3})},
+		{Name: "step", Tensor: tensor(backend.Int64, nil, []float64{float64(100 + hvd.Rank())})},
+	}
+	if err := hvd.BroadcastVariables(vars, hvd.Size()-1); err != nil {
+		t.Fatal(err)
+	}
+	expectValues(t, "kernel", vars[0].Tensor, backend.Float32, []int{2, 2}, []float64{float64(hvd.Size() - 1), 1, 2, 3})
+	expectValues(t, "step", vars[1].Tensor, backend.Int64, nil, []float64{float64(100 + hvd.Size() - 1)})
+}
+
+// The reducer's fp16 compression: exactly representable gradients come back exact; others come
+// back as the average of their float16 roundings, within float16's precision.
+func TestFP16CompressionRoundTrip(t *testing.T) {
+	size := float64(hvd.Size())
+	red, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := make([]float64, 64)
+	inexact := make([]float64, 64)
+	wantExact := make([]float64, 64)
+	wantInexact := make([]float64, 64)
+	for i := range exact {
+		exact[i] = float64(hvd.Rank()+1) * float64(i-32) / 8 // multiples of 1/8: exact in float16
+		wantExact[i] = (size + 1) / 2 * float64(i-32) / 8
+		for r := 0; r < hvd.Size(); r++ {
+			wantInexact[i] += float64(fp16.ToFloat32(fp16.FromFloat64(inexactValue(r, i)))) / size
+		}
+		inexact[i] = inexactValue(hvd.Rank(), i)
+	}
+	for step := 0; step < 2; step++ {
+		out, ready, err := red.Reduce([]horovod.NamedTensor{
+			{Name: "exact32", Tensor: tensor(backend.Float32, []int{8, 8}, exact)},
+			{Name: "exact64", Tensor: tensor(backend.Float64, []int{64}, exact)},
+			{Name: "inexact", Tensor: tensor(backend.Float32, []int{64}, inexact)},
+			{Name: "ints", Tensor: tensor(backend.Int32, []int{64}, exact)}, // truncated: i-32 over 8
+		})
+		if err != nil || !ready {
+			t.Fatalf("step %d: ready=%v err=%v", step, ready, err)
+		}
+		expectValues(t, "exact32", out[0].Tensor, backend.Float32, []int{8, 8}, wantExact)
+		expectValues(t, "exact64", out[1].Tensor, backend.Float64, []int{64}, wantExact)
+		for i, v := range decode(out[2].Tensor) {
+			if tol := math.Abs(wantInexact[i]) * 2 * 0x1p-11 * size; math.Abs(v-wantInexact[i]) > tol {
+				t.Errorf("inexact[%d] = %v, want %v ± %v", i, v, wantInexact[i], tol)
+			}
+		}
+		if out[3].DType != backend.Int32 {
+			t.Errorf("integer gradient came back as %v", out[3].DType)
+		}
+	}
+}
+
+func inexactValue(rank, i int) float64 { return math.Sin(float64(rank*64+i)) * 3.3 }
+
+// expectSameError checks that err is a horovod.Error carrying all the fragments, identical on
+// every rank.
+func expectSameError(t *testing.T, what string, err error, fragments ...string) {
+	t.Helper()
+	var he *horovod.Error
+	if !errors.As(err, &he) {
+		t.Errorf("%s: want a *horovod.Error, got %v", what, err)
+		sameOnEveryRank(t, what+"/msg", "no error")
+		return
+	}
+	for _, f := range fragments {
+		if !strings.Contains(err.Error(), f) {
+			t.Errorf("%s: %q lacks %q", what, err, f)
+		}
+	}
+	sameOnEveryRank(t, what+"/msg", err.Error())
+}
+
+func TestErrorsAreIdenticalOnEveryRank(t *testing.T) {
+	if hvd.Size() < 2 {
+		t.Skip("disagreements need at least two ranks")
+	}
+	last := strconv.Itoa(hvd.Size() - 1)
+	t.Run("shape mismatch", func(t *testing.T) {
+		shape := []int{2, 3}
+		if hvd.Rank() == hvd.Size()-1 {
+			shape = []int{3, 2}
+		}
+		_, err := hvd.Allreduce("bad/shape", tensor(backend.Float32, shape, make([]float64, 6)), horovod.AllreduceOptions{})
+		expectSameError(t, "shape", err, `allreduce "bad/shape"`, "mismatched shapes", "[3 2] on rank "+last)
+	})
+	t.Run("dtype mismatch", func(t *testing.T) {
+		dt := backend.Float32
+		if hvd.Rank() == 0 {
+			dt = backend.Float64
+		}
+		_, err := hvd.Allreduce("bad/dtype", tensor(dt, []int{4}, make([]float64, 4)), horovod.AllreduceOptions{})
+		expectSameError(t, "dtype", err, `allreduce "bad/dtype"`, "mismatched data types", "float64 on rank 0", "float32 on rank")
+	})
+	t.Run("different broadcast roots", func(t *testing.T) {
+		_, err := hvd.Broadcast("bad/root", tensor(backend.Int32, []int{4}, make([]float64, 4)), hvd.Rank())
+		expectSameError(t, "root", err, `broadcast "bad/root"`, "mismatched root ranks", "0 on rank 0", "1 on rank 1")
+	})
+	t.Run("duplicate names in flight", func(t *testing.T) {
+		x := tensor(backend.Int64, []int{2}, []float64{1, float64(hvd.Rank())})
+		first, err := hvd.AllreduceAsync("dup", x, horovod.AllreduceOptions{Op: horovod.Sum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = hvd.AllreduceAsync("dup", x, horovod.AllreduceOptions{Op: horovod.Sum})
+		if err == nil || !strings.Contains(err.Error(), `allreduce "dup": duplicate name`) {
+			t.Errorf("second submission of a name in flight: %v", err)
+		}
+		got, err := first.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := float64(hvd.Size())
+		expectValues(t, "dup", got, backend.Int64, []int{2}, []float64{s, s * (s - 1) / 2})
+	})
+	// After all of that the job still works.
+	if err := hvd.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// horovod's allreduce returns exactly what MPI_Allreduce computes on the same data, alone and
+// when the same data goes through a fusion buffer in pieces.
+func TestMatchesRawMPI(t *testing.T) {
+	if raw == nil {
+		t.Skip("raw MPI reference needs mpirun")
+	}
+	for _, dt := range []backend.DType{backend.Int32, backend.Int64, backend.Float32, backend.Float64} {
+		for _, op := range []horovod.ReduceOp{horovod.Sum, horovod.Min, horovod.Max} {
+			key := dt.String() + "/" + op.String()
+			in := rawInput(dt, hvd.Rank(), rawN)
+			whole, err := hvd.Allreduce("raw/"+key, horovod.Tensor{DType: dt, Shape: []int{rawN}, Data: in}, horovod.AllreduceOptions{Op: op})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(whole.Data) != string(raw[key]) {
+				t.Errorf("%s: horovod and MPI_Allreduce differ", key)
+			}
+			pieces := make([]horovod.NamedTensor, 10)
+			per := len(in) / 10
+			for i := range pieces {
+				pieces[i] = horovod.NamedTensor{Name: fmt.Sprintf("raw/%s/%d", key, i), Tensor: horovod.Tensor{DType: dt, Shape: []int{per / dt.Size()}, Data: in[i*per : (i+1)*per]}}
+			}
+			outs, err := hvd.GroupedAllreduce(pieces, horovod.AllreduceOptions{Op: op})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var joined []byte
+			for _, o := range outs {
+				joined = append(joined, o.Data...)
+			}
+			if string(joined) != string(raw[key]) {
+				t.Errorf("%s: fused horovod and MPI_Allreduce differ", key)
+			}
+		}
+	}
+}
+
+func TestTopologyMatchesLauncher(t *testing.T) {
+	if !underMPI() {
+		if hvd.Size() != 1 || hvd.Rank() != 0 || hvd.LocalSize() != 1 || hvd.CrossSize() != 1 {
+			t.Fatalf("without a launcher: rank %d of %d, local size %d, cross size %d", hvd.Rank(), hvd.Size(), hvd.LocalSize(), hvd.CrossSize())
+		}
+		return
+	}
+	for v, got := range map[string]int{
+		"OMPI_COMM_WORLD_RANK": hvd.Rank(), "OMPI_COMM_WORLD_SIZE": hvd.Size(),
+		"OMPI_COMM_WORLD_LOCAL_RANK": hvd.LocalRank(), "OMPI_COMM_WORLD_LOCAL_SIZE": hvd.LocalSize(),
+	} {
+		if want, _ := strconv.Atoi(os.Getenv(v)); got != want {
+			t.Errorf("%s=%d but horovod says %d", v, want, got)
+		}
+	}
+	if hvd.CrossSize()*hvd.LocalSize() != hvd.Size() || hvd.CrossRank() != 0 {
+		t.Errorf("one machine: cross rank %d of %d with local size %d", hvd.CrossRank(), hvd.CrossSize(), hvd.LocalSize())
+	}
+}
+
+func TestJoin(t *testing.T) {
+	lastRank := hvd.Size() - 1
+	if hvd.Rank() == lastRank && hvd.Size() > 1 {
+		// Out of data first: take part in the others' allreduce with zeros.
+		if _, err := hvd.Join(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	s := float64(hvd.Size())
+	got, err := hvd.Allreduce("join/sum", tensor(backend.Float32, []int{1}, []float64{float64(hvd.Rank() + 1)}), horovod.AllreduceOptions{Op: horovod.Sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s * (s + 1) / 2
+	if hvd.Size() > 1 {
+		want -= s // the joined rank contributed zero instead of size
+	}
+	expectValues(t, "join/sum", got, backend.Float32, []int{1}, []float64{want})
+	last, err := hvd.Join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hvd.Size() == 1 && last != 0 {
+		t.Errorf("last joined rank %d", last)
+	}
+}

@@ -1,0 +1,97 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+const childEnv = "GOROVOD_CONFORMANCE_CHILD"
+
+// TestChild is the job the failure tests launch: every rank allreduces a tensor named "step" in
+// a loop, and after five steps the last rank fails in the way the mode says.
+func TestChild(t *testing.T) {
+	mode := os.Getenv(childEnv)
+	if mode == "" {
+		t.Skip("run by the failure tests under mpirun")
+	}
+	x := tensor(backend.Float32, []int{1024}, make([]float64, 1024))
+	for i := 0; ; i++ {
+		if hvd.Rank() == hvd.Size()-1 && i == 5 {
+			switch mode {
+			case "die":
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			case "skip": // alive, but never submits "step" again
+				select {}
+			case "freeze": // its background loop stops inside a collective
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}
+		}
+		if _, err := hvd.Allreduce("step", x, horovod.AllreduceOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runFailingJob launches TestChild in mode on 3 ranks and returns its output, after checking the
+// job ended non-zero within the time limit.
+func runFailingJob(t *testing.T, mode string, env ...string) string {
+	t.Helper()
+	if underMPI() {
+		t.Skip("launches its own mpirun")
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not installed (make setup installs it)")
+	}
+	const limit = 60 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "--bind-to", "none", "-np", "3",
+		os.Args[0], "-test.run", "^TestChild$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), append(env, childEnv+"="+mode,
+		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	elapsed := time.Since(start)
+	if ctx.Err() != nil {
+		t.Fatalf("the job was still running after %v:\n%s", limit, out)
+	}
+	if err == nil {
+		t.Fatalf("the job exited 0 after a rank failed:\n%s", out)
+	}
+	t.Logf("mode %s: job ended in %v with %v", mode, elapsed.Round(time.Millisecond), err)
+	return string(out)
+}
+
+func expectOutput(t *testing.T, out string, fragments ...string) {
+	t.Helper()
+	for _, f := range fragments {
+		if !strings.Contains(out, f) {
+			t.Errorf("output lacks %q:\n%s", f, out)
+		}
+	}
+}
+
+func TestDeadRankEndsTheJob(t *testing.T) {
+	out := runFailingJob(t, "die")
+	expectOutput(t, out, "rank 2", "signal 9")
+}
+
+func TestStalledRankIsReportedThenAborts(t *testing.T) {
+	out := runFailingJob(t, "skip", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=4")
+	expectOutput(t, out, "horovod[0]: stall:", `allreduce "step"`, "missing ranks 2", "aborting the job", "MPI_ABORT")
+}
+
+func TestFrozenRankTripsTheWatchdog(t *testing.T) {
+	out := runFailingJob(t, "freeze", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3")
+	expectOutput(t, out, "aborting the job", "has not completed in", fmt.Sprint("a rank has probably died or hung"))
+}

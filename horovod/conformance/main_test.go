@@ -1,0 +1,115 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/rawmpi"
+	"github.com/gorovod/gorovod/horovod/mpi"
+)
+
+var (
+	hvd *horovod.Horovod
+	// raw holds MPI_Allreduce's own results for rawInput, by "dtype/op", computed before horovod
+	// starts; nil outside mpirun.
+	raw map[string][]byte
+)
+
+func underMPI() bool { return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" }
+
+func TestMain(m *testing.M) {
+	var err error
+	if underMPI() {
+		var comm *mpi.Comm
+		if comm, err = mpi.Open(); err == nil {
+			if err = rawReferences(comm); err == nil {
+				hvd, err = horovod.Init(horovod.WithBackend(comm))
+			}
+		}
+	} else {
+		hvd, err = horovod.Init()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	if err := hvd.Shutdown(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if path := os.Getenv("HOROVOD_TIMELINE"); path != "" && hvd.Rank() == 0 && code == 0 {
+		if err := checkTimeline(path); err != nil {
+			fmt.Fprintf(os.Stderr, "timeline %s: %v\n", path, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// rawInput is rank-dependent, integer-valued data (so float sums are exact in any order).
+func rawInput(dt backend.DType, rank, n int) []byte {
+	vals := make([]float64, n)
+	for i := range vals {
+		vals[i] = float64((rank*7919+i*104729)%2001 - 1000)
+	}
+	return encode(dt, vals)
+}
+
+const rawN = 1000
+
+func rawReferences(comm *mpi.Comm) error {
+	raw = map[string][]byte{}
+	rank := comm.Topology().Rank
+	var err error
+	for _, dt := range []backend.DType{backend.Int32, backend.Int64, backend.Float32, backend.Float64} {
+		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max} {
+			in := rawInput(dt, rank, rawN)
+			out := make([]byte, len(in))
+			comm.Do(func() { err = rawmpi.Allreduce(in, out, dt, op) })
+			if err != nil {
+				return err
+			}
+			raw[dt.String()+"/"+op.String()] = out
+		}
+	}
+	return nil
+}
+
+// checkTimeline verifies the trace rank 0 wrote during the suite has the phases of a fused MPI
+// allreduce.
+func checkTimeline(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var events []struct {
+		Name string `json:"name"`
+		Ph   string `json:"ph"`
+	}
+	if err := json.Unmarshal(b, &events); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, e := range events {
+		if e.Ph == "B" {
+			seen[e.Name] = true
+		}
+	}
+	var missing []string
+	for _, p := range []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
+		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BROADCAST", "MPI_ALLGATHER"} {
+		if !seen[p] {
+			missing = append(missing, p)
+		}
+	}
+	if missing != nil {
+		return fmt.Errorf("no %s phases among %d events", strings.Join(missing, ", "), len(events))
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+// Package rawmpi calls MPI_Allreduce on MPI_COMM_WORLD directly, bypassing horovod and its MPI
+// backend: the independent reference that the conformance suite checks results against and the
+// benchmark measures speed against. MPI must be initialized (by horovod/mpi) and every call must
+// run on the MPI thread, through (*mpi.Comm).Do, before horovod's loop starts on that Comm.
+package rawmpi
+
+/*
+#cgo pkg-config: ompi-c
+#include <mpi.h>
+
+static MPI_Datatype raw_type(int dtype) {
+	switch (dtype) {
+	case 1: return MPI_UINT8_T;
+	case 2: return MPI_INT8_T;
+	case 3: return MPI_INT32_T;
+	case 4: return MPI_INT64_T;
+	case 6: return MPI_FLOAT;
+	case 7: return MPI_DOUBLE;
+	}
+	return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op raw_op(int op) {
+	switch (op) {
+	case 1: return MPI_SUM;
+	case 2: return MPI_MIN;
+	case 3: return MPI_MAX;
+	}
+	return MPI_OP_NULL;
+}
+
+static int raw_allreduce(const void *send, void *recv, int count, int dtype, int op) {
+	return MPI_Allreduce(send, recv, count, raw_type(dtype), raw_op(op), MPI_COMM_WORLD);
+}
+
+// raw_time_allreduce runs iters in-place sum allreduces of buf after a barrier and returns the
+// slowest rank's mean seconds per call.
+static double raw_time_allreduce(void *buf, int count, int dtype, int iters) {
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t0 = MPI_Wtime();
+	for (int i = 0; i < iters; i++) {
+		MPI_Allreduce(MPI_IN_PLACE, buf, count, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+	}
+	double t = (MPI_Wtime() - t0) / iters, slowest = t;
+	MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	return slowest;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+func supported(dt backend.DType) error {
+	if dt == backend.Float16 || !dt.Valid() {
+		return fmt.Errorf("rawmpi: MPI has no built-in type for %v", dt)
+	}
+	return nil
+}
+
+// Allreduce is MPI_Allreduce(send, recv) on MPI_COMM_WORLD. MPI has no float16.
+func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	if err := supported(dt); err != nil {
+		return err
+	}
+	if rc := C.raw_allreduce(unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()), C.int(dt), C.int(op)); rc != 0 {
+		return fmt.Errorf("rawmpi: MPI_Allreduce returned %d", int(rc))
+	}
+	return nil
+}
+
+// TimeAllreduce is the seconds one in-place MPI_Allreduce sum of buf takes, averaged over iters
+// calls made back to back in C (the slowest rank's figure, the same on every rank).
+func TimeAllreduce(buf []byte, dt backend.DType, iters int) (float64, error) {
+	if err := supported(dt); err != nil {
+		return 0, err
+	}
+	return float64(C.raw_time_allreduce(unsafe.Pointer(&buf[0]), C.int(len(buf)/dt.Size()), C.int(dt), C.int(iters))), nil
+}
