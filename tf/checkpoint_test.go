@@ -1,6 +1,7 @@
 package tf
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -54,6 +55,36 @@ func TestCheckpointErrors(t *testing.T) {
 	if _, err := OpenCheckpoint(missing); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("open of a missing checkpoint: %v", err)
 	}
+	// A corrupt index fails at open; a truncated data file fails at read, naming the variable.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "junk.index"), []byte(strings.Repeat("not an sstable ", 8)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenCheckpoint(filepath.Join(bad, "junk")); err == nil || !strings.Contains(err.Error(), "junk") {
+		t.Errorf("open of a corrupt index: %v", err)
+	}
+	for _, suffix := range []string{".index", ".data-00000-of-00001"} {
+		b, err := os.ReadFile(filepath.Join(dir, "ckpt_tf1"+suffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if suffix != ".index" {
+			b = b[:len(b)/2]
+		}
+		if err := os.WriteFile(filepath.Join(bad, "truncated"+suffix), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truncated, err := OpenCheckpoint(filepath.Join(bad, "truncated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer truncated.Close()
+	const last = "output_bias" // stored last, so past the cut
+	if _, err := truncated.Read(last); err == nil || !strings.Contains(err.Error(), "read "+last) {
+		t.Errorf("read past the end of a truncated data file: %v", err)
+	}
+
 	r, err := OpenCheckpoint(filepath.Join(dir, "ckpt_tf1"))
 	if err != nil {
 		t.Fatal(err)

@@ -66,9 +66,12 @@ func LoadSavedModel(dir string, tags []string, opts *SessionOptions) (*SavedMode
 	c := C.TF_LoadSessionFromSavedModel(copts, nil, cdir, ptr(ctags), C.int(len(ctags)), graph.c, meta, st.c)
 	if err := st.err(context); err != nil {
 		graph.Close()
+		if hint := diagnoseSavedModel(dir); hint != "" {
+			err.(*Error).Message += " (" + hint + ")"
+		}
 		return nil, err
 	}
-	m := &SavedModel{Dir: dir, Session: &Session{c: c, graph: graph}, Graph: graph}
+	m := &SavedModel{Dir: dir, Session: newSession(c, graph), Graph: graph}
 	mg, err := parseMetaGraph(C.GoBytes(meta.data, C.int(meta.length)))
 	if err == nil {
 		m.Tags, m.Signatures, m.SaverDef = mg.tags, mg.signatures, mg.saver
@@ -78,6 +81,32 @@ func LoadSavedModel(dir string, tags []string, opts *SessionOptions) (*SavedMode
 		return nil, errors.Join(fmt.Errorf("%s: %w", context, err), m.Close())
 	}
 	return m, nil
+}
+
+// diagnoseSavedModel says what TensorFlow's load error leaves out: that saved_model.pb is not
+// a SavedModel protobuf at all, or which tag sets it has. It runs only after a failed load.
+func diagnoseSavedModel(dir string) string {
+	const savedModelMetaGraphs = 2
+	pb, err := os.ReadFile(filepath.Join(dir, "saved_model.pb"))
+	if err != nil {
+		return ""
+	}
+	fs, err := fields(pb, "SavedModel")
+	if err != nil {
+		return "saved_model.pb is not a SavedModel protobuf: " + err.Error()
+	}
+	var tagSets []string
+	for _, f := range fs {
+		if f.num != savedModelMetaGraphs {
+			continue
+		}
+		mg, err := parseMetaGraph(f.b)
+		if err != nil {
+			return "saved_model.pb has a malformed MetaGraphDef: " + err.Error()
+		}
+		tagSets = append(tagSets, "["+strings.Join(mg.tags, ",")+"]")
+	}
+	return "saved_model.pb has tag sets " + strings.Join(tagSets, " ")
 }
 
 // resolve finds the graph tensor of every signature input and output.

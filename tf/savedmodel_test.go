@@ -162,9 +162,9 @@ func TestLoadSavedModelErrors(t *testing.T) {
 		want      []string // all must appear in the message
 	}{
 		{"missing directory", filepath.Join(dir, "nope"), []string{"serve"}, []string{filepath.Join(dir, "nope"), "no such file"}},
-		{"wrong tag", filepath.Join(dir, "tf2"), []string{"train"}, []string{filepath.Join(dir, "tf2"), "train", "NOT_FOUND"}},
-		{"corrupt saved_model.pb", corrupt, []string{"serve"}, []string{corrupt}},
-		{"truncated saved_model.pb", truncated, []string{"serve"}, []string{truncated}},
+		{"wrong tag", filepath.Join(dir, "tf2"), []string{"train"}, []string{filepath.Join(dir, "tf2"), "train", "NOT_FOUND", "has tag sets [serve]"}},
+		{"corrupt saved_model.pb", corrupt, []string{"serve"}, []string{corrupt, "saved_model.pb is not a SavedModel protobuf"}},
+		{"truncated saved_model.pb", truncated, []string{"serve"}, []string{truncated, "saved_model.pb is not a SavedModel protobuf"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := LoadSavedModel(tc.dir, tc.tags, nil)

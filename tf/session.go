@@ -18,6 +18,7 @@ import (
 var ErrClosed = errors.New("tf: session is closed")
 
 // Session runs a Graph. Run is safe for concurrent use; Close waits for the runs in flight.
+// A cleanup closes a session that is garbage collected without Close.
 type Session struct {
 	c     *C.TF_Session
 	graph *Graph
@@ -25,6 +26,7 @@ type Session struct {
 	mu       sync.Mutex
 	closed   bool
 	inFlight sync.WaitGroup
+	cleanup  runtime.Cleanup
 }
 
 // NewSession starts a session on g with the given options (nil: TensorFlow's defaults).
@@ -40,7 +42,21 @@ func NewSession(g *Graph, opts *SessionOptions) (*Session, error) {
 	if err := st.err("new session"); err != nil {
 		return nil, err
 	}
-	return &Session{c: c, graph: g}, nil
+	return newSession(c, g), nil
+}
+
+func newSession(c *C.TF_Session, g *Graph) *Session {
+	s := &Session{c: c, graph: g}
+	s.cleanup = runtime.AddCleanup(s, deleteSession, c)
+	return s
+}
+
+// deleteSession is the cleanup of a session never closed; no run can be in flight then.
+func deleteSession(c *C.TF_Session) {
+	st := newStatus()
+	defer st.delete()
+	C.TF_CloseSession(c, st.c)
+	C.TF_DeleteSession(c, st.c)
 }
 
 // Graph is the graph the session runs.
@@ -67,6 +83,7 @@ func (s *Session) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.inFlight.Wait()
+	s.cleanup.Stop()
 	st := newStatus()
 	defer st.delete()
 	C.TF_CloseSession(s.c, st.c)
