@@ -28,7 +28,6 @@ tests can tell which differences come from Unicode versions (Python's unicodedat
 import argparse
 import base64
 import collections
-import os
 import pathlib
 import sys
 import unicodedata
@@ -49,12 +48,35 @@ def hf(args):
     return lambda texts: [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
 
 
-def google(args):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from absl import flags
+def import_bert():
+    """Imports Google's tokenization.py and run_classifier.py without TensorFlow.
+
+    They use TensorFlow only to open the vocabulary (tf.gfile), to log and for flags; importing it
+    would cost seconds of CPU per call, so a stand-in module provides exactly those. run_classifier
+    also imports modeling and optimization, which need TF1's tf.contrib and play no part in the
+    feature conversion.
+    """
+    import types
+
+    from absl import flags, logging
+
+    tf = types.ModuleType("tensorflow")
+    tf.compat = types.ModuleType("tensorflow.compat")
+    v1 = tf.compat.v1 = types.ModuleType("tensorflow.compat.v1")
+    v1.gfile = types.SimpleNamespace(GFile=lambda path, mode: open(path, mode, encoding="utf-8"))
+    v1.logging = logging
+    v1.flags = flags
+    sys.modules.update({"tensorflow": tf, "tensorflow.compat": tf.compat, "tensorflow.compat.v1": v1})
+    for name in ("bert.modeling", "bert.optimization"):
+        sys.modules[name] = types.ModuleType(name)
+    from bert import run_classifier, tokenization
 
     flags.FLAGS.mark_as_parsed()  # tokenization.py reads FLAGS.preserve_unused_tokens (False)
-    from bert import tokenization
+    return tokenization, run_classifier
+
+
+def google(args):
+    tokenization, _ = import_bert()
 
     # FullTokenizer's load_vocab uses TF1's tf.gfile; the same dictionary, read directly.
     vocab = collections.OrderedDict()
@@ -82,17 +104,7 @@ def features(args) -> None:
         encs = [tok.encode(a, b) if b else tok.encode(a) for a, b in pairs]
         rows = [(e.ids, e.attention_mask, e.type_ids) for e in encs]
     else:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        import types
-
-        # run_classifier imports modeling and optimization, which need TF1's tf.contrib; the
-        # conversion uses neither.
-        for name in ("bert.modeling", "bert.optimization"):
-            sys.modules[name] = types.ModuleType(name)
-        from absl import flags
-        from bert import run_classifier, tokenization
-
-        flags.FLAGS.mark_as_parsed()
+        tokenization, run_classifier = import_bert()
         tok = tokenization.FullTokenizer(args.vocab, do_lower_case=True)
         rows = []
         for i, (a, b) in enumerate(pairs):
