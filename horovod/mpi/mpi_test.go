@@ -1,0 +1,175 @@
+package mpi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// comm is the world communicator when the tests run under mpirun (mk/horovod.mk does that);
+// without a launcher the tests skip: MPI singletons need no test of their own.
+var comm *Comm
+
+func TestMain(m *testing.M) {
+	if os.Getenv("OMPI_COMM_WORLD_SIZE") != "" {
+		var err error
+		if comm, err = Open(); err != nil {
+			panic(err)
+		}
+	}
+	code := m.Run()
+	if comm != nil {
+		if err := comm.Close(); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(code)
+}
+
+func need(t *testing.T) backend.Topology {
+	t.Helper()
+	if comm == nil {
+		t.Skip("needs mpirun (make test-mpi)")
+	}
+	return comm.Topology()
+}
+
+func halves(vals ...float32) []byte {
+	b := make([]byte, 2*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint16(b[2*i:], fp16.FromFloat32(v))
+	}
+	return b
+}
+
+func floats(b []byte) []float32 {
+	out := make([]float32, len(b)/2)
+	for i := range out {
+		out[i] = fp16.ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+	}
+	return out
+}
+
+func TestFloat16Operators(t *testing.T) {
+	topo := need(t)
+	r, n := float32(topo.Rank), float32(topo.Size)
+	inf := float32(math.Inf(1))
+	// Per element: a value per rank, and the sum, min and max over ranks.
+	in := halves(r, -r*0.5, 1000*r, 0.25, r)
+	last := float32(0)
+	if topo.Rank == topo.Size-1 {
+		last = inf
+	}
+	in = append(in, halves(last)...)
+	sum := []float32{n * (n - 1) / 2, -n * (n - 1) / 4, 1000 * n * (n - 1) / 2, 0.25 * n, n * (n - 1) / 2, inf}
+	lo := []float32{0, -(n - 1) * 0.5, 0, 0.25, 0, 0}
+	hi := []float32{n - 1, 0, 1000 * (n - 1), 0.25, n - 1, inf}
+	for _, c := range []struct {
+		op   backend.ReduceOp
+		want []float32
+	}{{backend.Sum, sum}, {backend.Min, lo}, {backend.Max, hi}} {
+		out := make([]byte, len(in))
+		if err := comm.Allreduce(in, out, backend.Float16, c.op); err != nil {
+			t.Fatal(err)
+		}
+		got := floats(out)
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("%v: element %d is %v, want %v (all: %v)", c.op, i, got[i], c.want[i], got)
+				break
+			}
+		}
+	}
+	// A NaN anywhere makes the sum NaN.
+	nan := halves(0)
+	if topo.Rank == 0 {
+		nan = halves(float32(math.NaN()))
+	}
+	if err := comm.Allreduce(nan, nan, backend.Float16, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if v := floats(nan)[0]; v == v {
+		t.Errorf("sum with a NaN is %v", v)
+	}
+}
+
+func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
+	topo := need(t)
+	in := make([]byte, 8*1000)
+	for i := 0; i < 1000; i++ {
+		binary.LittleEndian.PutUint64(in[8*i:], uint64(i*topo.Size+topo.Rank))
+	}
+	out := make([]byte, len(in))
+	if err := comm.Allreduce(in, out, backend.Int64, backend.Max); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.Allreduce(in, in, backend.Int64, backend.Max); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(in, out) {
+		t.Fatal("in-place and out-of-place allreduce differ")
+	}
+	for i := 0; i < 1000; i++ {
+		if got := binary.LittleEndian.Uint64(out[8*i:]); got != uint64(i*topo.Size+topo.Size-1) {
+			t.Fatalf("max[%d] = %d", i, got)
+		}
+	}
+}
+
+func TestAllgathervWithEmptyRanks(t *testing.T) {
+	topo := need(t)
+	counts := make([]int, topo.Size)
+	var want []byte
+	for r := range counts {
+		counts[r] = (r % 2) * (r + 3) // even ranks send nothing
+		want = append(want, bytes.Repeat([]byte{byte(r)}, counts[r])...)
+	}
+	send := bytes.Repeat([]byte{byte(topo.Rank)}, counts[topo.Rank])
+	recv := make([]byte, len(want))
+	if err := comm.Allgatherv(send, recv, counts); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(recv, want) {
+		t.Fatalf("gathered %v, want %v", recv, want)
+	}
+}
+
+func TestBroadcastFromEveryRoot(t *testing.T) {
+	topo := need(t)
+	for root := 0; root < topo.Size; root++ {
+		buf := bytes.Repeat([]byte{byte(topo.Rank + 1)}, 77)
+		if err := comm.Broadcast(buf, root); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, bytes.Repeat([]byte{byte(root + 1)}, 77)) {
+			t.Fatalf("root %d: got %v", root, buf[:4])
+		}
+	}
+	if err := comm.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMisuseIsAnErrorBeforeMPI(t *testing.T) {
+	topo := need(t)
+	for _, err := range []error{
+		comm.Allreduce(make([]byte, 4), make([]byte, 4), backend.DType(0), backend.Sum),
+		comm.Allreduce(make([]byte, 4), make([]byte, 8), backend.Float32, backend.Sum),
+		comm.Allreduce(make([]byte, 6), make([]byte, 6), backend.Float32, backend.Sum),
+		comm.Broadcast(make([]byte, 4), topo.Size),
+		comm.Allgatherv(nil, nil, []int{0}),
+	} {
+		if err == nil || !strings.HasPrefix(err.Error(), "mpi: ") {
+			t.Errorf("misuse gave %v", err)
+		}
+	}
+	if _, err := Open(); err == nil {
+		t.Error("a second Open succeeded")
+	}
+}

@@ -1,0 +1,32 @@
+# horovod: the MPI conformance suite and the collective/fp16 benchmarks.
+#
+#   make test-mpi       the horovod/mpi backend tests and the conformance suite under mpirun -np 2
+#                       and -np 3 (oversubscribed), the -np 2 run also writing and checking a timeline
+#   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
+#                       conversion vs memcpy and vs github.com/x448/float16
+#
+# go-test runs the same suites as a job of size 1, the in-process multi-rank controller tests, and
+# the failure tests (dead, stalled, frozen rank), which launch their own mpirun.
+
+HVD_BUILD := $(CACHE)/horovod
+# A broken rank must fail the run, not hang it: stalls abort after a minute, and each mpirun is
+# bounded as a last resort.
+HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
+
+.PHONY: test-mpi bench-horovod
+TEST_TARGETS  += test-mpi
+BENCH_TARGETS += bench-horovod
+
+test-mpi: debs
+	@mkdir -p $(HVD_BUILD)
+	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/mpi.test ./horovod/mpi
+	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/conformance.test ./horovod/conformance
+	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/mpi.test -test.count=1
+	rm -f $(HVD_BUILD)/timeline.json
+	HOROVOD_TIMELINE=$(HVD_BUILD)/timeline.json $(HVD_MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1
+	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
+
+bench-horovod: debs
+	@mkdir -p $(HVD_BUILD)
+	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
+	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
