@@ -116,7 +116,9 @@ func timeReducer(hvd *horovod.Horovod, opts horovod.ReducerOptions, grads []horo
 	return v[0]
 }
 
-func dur(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String() }
+func dur(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
+}
 
 // conversionRates measures one core converting 16 MiB of float32 (a 64 MiB gradient's quarter:
 // large enough to leave the caches) against copying the same bytes.
