@@ -259,35 +259,49 @@ func (c *controller) stop(err error) {
 	}
 }
 
-// exchange gives every rank every rank's message: an allgather of the lengths, then of the bytes.
+// slotSize is the fixed per-rank slot of the first negotiation allgather: a length and the start
+// of the message. A steady-state message (cache bits only) fits, so a round is one collective;
+// longer messages send their remainder in a second allgather.
+const slotSize = 256
+
+// exchange gives every rank every rank's message.
 func (c *controller) exchange(m *message) ([]*message, error) {
 	enc := m.encode(nil)
-	var own [8]byte
-	binary.LittleEndian.PutUint64(own[:], uint64(len(enc)))
-	lens := make([]byte, 8*c.size)
-	eights := slices.Repeat([]int{8}, c.size)
-	if err := c.busy("negotiation allgather", func() error { return c.control.Allgatherv(own[:], lens, eights) }); err != nil {
+	own := make([]byte, slotSize)
+	binary.LittleEndian.PutUint32(own, uint32(len(enc)))
+	copy(own[4:], enc)
+	slots := make([]byte, slotSize*c.size)
+	if err := c.busy("negotiation allgather", func() error {
+		return c.control.Allgatherv(own, slots, slices.Repeat([]int{slotSize}, c.size))
+	}); err != nil {
 		return nil, err
 	}
-	counts := make([]int, c.size)
+	lens := make([]int, c.size)
+	rest := make([]int, c.size) // bytes beyond each rank's slot
 	total := 0
-	for r := range counts {
-		counts[r] = int(binary.LittleEndian.Uint64(lens[8*r:]))
-		total += counts[r]
+	for r := range lens {
+		lens[r] = int(binary.LittleEndian.Uint32(slots[r*slotSize:]))
+		rest[r] = max(0, lens[r]-(slotSize-4))
+		total += rest[r]
 	}
-	all := make([]byte, total)
-	if err := c.busy("negotiation allgather", func() error { return c.control.Allgatherv(enc, all, counts) }); err != nil {
-		return nil, err
+	var tail []byte
+	if total > 0 {
+		tail = make([]byte, total)
+		if err := c.busy("negotiation allgather", func() error {
+			return c.control.Allgatherv(enc[len(enc)-rest[c.rank]:], tail, rest)
+		}); err != nil {
+			return nil, err
+		}
 	}
 	msgs := make([]*message, c.size)
-	off := 0
-	for r, n := range counts {
-		msg, err := decodeMessage(all[off : off+n])
+	for r, n := range lens {
+		body := append(slots[r*slotSize+4:r*slotSize+4+n-rest[r]:r*slotSize+4+n-rest[r]], tail[:rest[r]]...)
+		tail = tail[rest[r]:]
+		msg, err := decodeMessage(body)
 		if err != nil {
 			return nil, fmt.Errorf("message from rank %d: %w", r, err)
 		}
 		msgs[r] = msg
-		off += n
 	}
 	return msgs, nil
 }

@@ -2,6 +2,7 @@ package horovod
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"runtime"
@@ -30,7 +31,7 @@ type loopback struct {
 	aborted chan int
 
 	record   atomic.Bool
-	gathered atomic.Int64 // bytes rank 0 sent through allgatherv while record is set
+	gathered atomic.Int64 // negotiation message bytes rank 0 sent while record is set
 }
 
 func (g *loopback) recordGathers(on bool) { g.record.Store(on) }
@@ -146,8 +147,9 @@ func (l loopRank) Broadcast(buf []byte, root int) error {
 }
 
 func (l loopRank) Allgatherv(send, recv []byte, counts []int) error {
-	if l.rank == 0 && l.g.record.Load() {
-		l.g.gathered.Add(int64(len(send)))
+	if l.rank == 0 && l.g.record.Load() && len(send) == slotSize {
+		// A negotiation round: count the encoded message, whose length leads the slot.
+		l.g.gathered.Add(int64(binary.LittleEndian.Uint32(send)))
 	}
 	recv = recv[:0]
 	for _, b := range l.gather("allgatherv", send) {
