@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -63,7 +64,7 @@ type Reader struct {
 	r      *bufio.Reader
 	path   string
 	offset int64
-	buf    []byte
+	buf    []byte // the last record's data and checksum, reused
 }
 
 // NewReader reads records from r; path names it in errors.
@@ -92,12 +93,9 @@ func (r *Reader) Next() ([]byte, error) {
 	if length > maxRecordBytes {
 		return nil, r.corrupt(fmt.Sprintf("record length %d exceeds %d bytes", length, maxRecordBytes))
 	}
-	if cap(r.buf) < int(length)+4 {
-		r.buf = make([]byte, int(length)+4)
-	}
-	body := r.buf[:int(length)+4]
-	if n, err := io.ReadFull(r.r, body); err != nil {
-		return nil, r.readError(err, fmt.Sprintf("truncated record: %d of %d data+checksum bytes", n, len(body)))
+	body, n, err := r.readBody(int(length) + 4)
+	if err != nil {
+		return nil, r.readError(err, fmt.Sprintf("truncated record: %d of %d data+checksum bytes", n, length+4))
 	}
 	data := body[:length]
 	if got, want := binary.LittleEndian.Uint32(body[length:]), maskedCRC(data); got != want {
@@ -105,6 +103,25 @@ func (r *Reader) Next() ([]byte, error) {
 	}
 	r.offset += 12 + int64(length) + 4
 	return data, nil
+}
+
+// readBody reads n bytes into the reader's buffer, growing it a chunk at a time so that a
+// corrupt length costs memory only as far as the data really goes.
+func (r *Reader) readBody(n int) ([]byte, int, error) {
+	const chunk = 1 << 20
+	buf := r.buf[:0]
+	for len(buf) < n {
+		step := min(n-len(buf), chunk)
+		buf = slices.Grow(buf, step)
+		got, err := io.ReadFull(r.r, buf[len(buf):len(buf)+step])
+		buf = buf[:len(buf)+got]
+		if err != nil {
+			r.buf = buf
+			return nil, len(buf), err
+		}
+	}
+	r.buf = buf
+	return buf, n, nil
 }
 
 func (r *Reader) corrupt(reason string) error {

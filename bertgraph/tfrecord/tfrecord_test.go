@@ -2,6 +2,7 @@ package tfrecord
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -86,6 +88,25 @@ func TestFramingRoundTripAndCorruption(t *testing.T) {
 		if !strings.Contains(err.Error(), fmt.Sprintf("bad.tfrecord: record at byte offset %d", c.offset)) {
 			t.Errorf("%s: message %q", c.name, err)
 		}
+	}
+}
+
+// A corrupt length with a matching checksum (1 GiB declared, 100 bytes present) is a truncated
+// record, found without allocating the declared size.
+func TestHugeLengthIsTruncationNotAllocation(t *testing.T) {
+	var file [12 + 100]byte
+	binary.LittleEndian.PutUint64(file[:8], 1<<30)
+	binary.LittleEndian.PutUint32(file[8:12], maskedCRC(file[:8]))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := NewReader(bytes.NewReader(file[:]), "huge.tfrecord").Next()
+	runtime.ReadMemStats(&after)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Offset != 0 || !strings.Contains(ce.Reason, "truncated record: 100 of 1073741828") {
+		t.Fatalf("err %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Fatalf("allocated %d bytes for a 112-byte file", grew)
 	}
 }
 
