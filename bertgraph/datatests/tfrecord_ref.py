@@ -1,10 +1,11 @@
 """TensorFlow's side of the TFRecord cross-checks (Go tests call it with the project venv).
 
-  tfrecord_ref.py read PATH SEQ_LEN     parse PATH with tf.data.TFRecordDataset +
-                                        tf.io.parse_single_example (run_classifier's name_to_features)
-                                        and print the records as JSON
-  tfrecord_ref.py write PATH SEQ_LEN N  write N random run_classifier records with tf.io.TFRecordWriter
-                                        and tf.train.Example (create_int_feature) and print them as JSON
+usage: tfrecord_ref.py READ_PATH READ_SEQ_LEN WRITE_PATH WRITE_SEQ_LEN N
+
+Parses READ_PATH with tf.data.TFRecordDataset + tf.io.parse_single_example (run_classifier's
+name_to_features), writes N random run_classifier records of WRITE_SEQ_LEN to WRITE_PATH with
+tf.io.TFRecordWriter and tf.train.Example (as create_int_feature does), and prints
+{"read": [...], "wrote": [...]} as JSON. One process does both: importing TensorFlow costs seconds.
 """
 import json
 import os
@@ -53,14 +54,10 @@ def write(path: str, seq_len: int, n: int) -> list:
 
 
 def main() -> None:
-    cmd, path, seq_len = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd == "read":
-        recs = read(path, seq_len)
-    elif cmd == "write":
-        recs = write(path, seq_len, int(sys.argv[4]))
-    else:
-        sys.exit(f"unknown command {cmd!r}")
-    json.dump(recs, sys.stdout)
+    if len(sys.argv) != 6:
+        sys.exit(__doc__)
+    read_path, read_seq, write_path, write_seq, n = sys.argv[1:]
+    json.dump({"read": read(read_path, int(read_seq)), "wrote": write(write_path, int(write_seq), int(n))}, sys.stdout)
 
 
 if __name__ == "__main__":

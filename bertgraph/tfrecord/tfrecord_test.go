@@ -183,64 +183,66 @@ func (p pyRecord) features() features.InputFeatures {
 	return features.InputFeatures{InputIDs: p.InputIDs, InputMask: p.InputMask, SegmentIDs: p.SegmentIDs, LabelID: p.LabelIDs, IsRealExample: p.IsRealExample == 1}
 }
 
-// TensorFlow parses the records we write, values equal.
-func TestTFDataReadsOurRecords(t *testing.T) {
+// Both directions in one TensorFlow process: tf.data + tf.io.parse_single_example read the
+// records we write, and we read the records tf.io.TFRecordWriter writes; values equal.
+func TestTFRecordsAgainstTensorFlow(t *testing.T) {
 	const seq, n = 32, 300
+	const pySeq, pyN = 24, 200
+	dir := t.TempDir()
+	ours, theirs := filepath.Join(dir, "train.tf_record"), filepath.Join(dir, "py.tf_record")
 	rng := rand.New(rand.NewPCG(3, 4))
-	path := filepath.Join(t.TempDir(), "train.tf_record")
 	var buf bytes.Buffer
 	w := NewWriter(&buf)
-	var want []features.InputFeatures
+	var wrote []features.InputFeatures
 	for range n {
 		f := randomFeatures(rng, seq)
-		want = append(want, f)
+		wrote = append(wrote, f)
 		if err := w.Write(EncodeFeatures(f)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(ours, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var got []pyRecord
-	if err := json.Unmarshal(datatests.RunPython(t, nil, "tfrecord_ref.py", "read", path, fmt.Sprint(seq)), &got); err != nil {
+	var py struct{ Read, Wrote []pyRecord }
+	out := datatests.RunPython(t, nil, "tfrecord_ref.py", ours, fmt.Sprint(seq), theirs, fmt.Sprint(pySeq), fmt.Sprint(pyN))
+	if err := json.Unmarshal(out, &py); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != n {
-		t.Fatalf("tf.data read %d records, we wrote %d", len(got), n)
-	}
-	for i := range got {
-		if !sameFeatures(got[i].features(), want[i]) {
-			t.Fatalf("record %d: tf.data read %+v, we wrote %+v", i, got[i], want[i])
-		}
-	}
-}
 
-// We read the records TensorFlow writes, values equal.
-func TestWeReadTFRecordsFromPython(t *testing.T) {
-	const seq, n = 24, 200
-	path := filepath.Join(t.TempDir(), "py.tf_record")
-	var want []pyRecord
-	if err := json.Unmarshal(datatests.RunPython(t, nil, "tfrecord_ref.py", "write", path, fmt.Sprint(seq), fmt.Sprint(n)), &want); err != nil {
-		t.Fatal(err)
-	}
-	d, err := OpenDataset([]string{path}, DatasetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	for i := range n {
-		rec, err := d.Next()
+	t.Run("tf.data reads ours", func(t *testing.T) {
+		if len(py.Read) != n {
+			t.Fatalf("tf.data read %d records, we wrote %d", len(py.Read), n)
+		}
+		for i := range py.Read {
+			if !sameFeatures(py.Read[i].features(), wrote[i]) {
+				t.Fatalf("record %d: tf.data read %+v, we wrote %+v", i, py.Read[i], wrote[i])
+			}
+		}
+	})
+	t.Run("we read TensorFlow's", func(t *testing.T) {
+		if len(py.Wrote) != pyN {
+			t.Fatalf("TensorFlow reports %d records", len(py.Wrote))
+		}
+		d, err := OpenDataset([]string{theirs}, DatasetOptions{})
 		if err != nil {
-			t.Fatalf("record %d: %v", i, err)
+			t.Fatal(err)
 		}
-		f, err := DecodeFeatures(rec.Data, seq)
-		if err != nil || !sameFeatures(f, want[i].features()) {
-			t.Fatalf("record %d: %+v %v, TensorFlow wrote %+v", i, f, err, want[i])
+		defer d.Close()
+		for i := range pyN {
+			rec, err := d.Next()
+			if err != nil {
+				t.Fatalf("record %d: %v", i, err)
+			}
+			f, err := DecodeFeatures(rec.Data, pySeq)
+			if err != nil || !sameFeatures(f, py.Wrote[i].features()) {
+				t.Fatalf("record %d: %+v %v, TensorFlow wrote %+v", i, f, err, py.Wrote[i])
+			}
 		}
-	}
-	if _, err := d.Next(); err != io.EOF {
-		t.Fatalf("after %d records: %v", n, err)
-	}
+		if _, err := d.Next(); err != io.EOF {
+			t.Fatalf("after %d records: %v", pyN, err)
+		}
+	})
 }
 
 func writeIndexed(t *testing.T, dir string, files, perFile int) []string {
