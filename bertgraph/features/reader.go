@@ -114,10 +114,9 @@ func (r *Reader) Next() (InputExample, error) {
 		if err != nil {
 			return InputExample{}, err
 		}
-		idx := r.counts.Lines
+		mine := r.counts.Lines%r.opts.Size == r.opts.Rank
 		r.counts.Lines++
-		ex, reason := r.parse(raw)
-		mine := idx%r.opts.Size == r.opts.Rank
+		ex, reason := r.parse(raw, mine)
 		if reason != "" {
 			if !r.opts.SkipBad {
 				return InputExample{}, &LineError{Path: r.path, Line: r.line, Reason: reason}
@@ -129,7 +128,6 @@ func (r *Reader) Next() (InputExample, error) {
 		}
 		if mine {
 			r.counts.Read++
-			ex.GUID = fmt.Sprintf("%s:%d", r.path, r.line)
 			return ex, nil
 		}
 	}
@@ -185,49 +183,53 @@ func validPrefixLen(b []byte) int {
 	return n
 }
 
-// parse returns the example of a data line, or why the line is bad.
-func (r *Reader) parse(raw []byte) (InputExample, string) {
+// parse checks a data line and returns why it is bad, or "" and, when build is set (the line is
+// this rank's), its example; other ranks' lines are checked without copying their text.
+func (r *Reader) parse(raw []byte, build bool) (InputExample, string) {
 	if reason := lineReason(raw, r.line); reason != "" {
 		return InputExample{}, reason
 	}
-	var ex InputExample
+	var label, textA, textB []byte
 	if r.opts.Format == FormatSeed {
-		label, text, ok := bytes.Cut(raw, []byte{'\t'})
-		if !ok {
-			return ex, "no tab: expected `label<TAB>text`"
+		var ok bool
+		if label, textA, ok = bytes.Cut(raw, []byte{'\t'}); !ok {
+			return InputExample{}, "no tab: expected `label<TAB>text`"
 		}
-		ex = InputExample{Label: string(label), TextA: string(text)}
-		if ex.Label == "" {
-			return ex, "empty label"
+		if len(label) == 0 {
+			return InputExample{}, "empty label"
 		}
 	} else {
-		fields := strings.Split(string(raw), "\t")
+		fields := bytes.Split(raw, []byte{'\t'})
 		if len(fields) != r.nCols {
-			return ex, fmt.Sprintf("%d tab-separated fields, the header has %d", len(fields), r.nCols)
+			return InputExample{}, fmt.Sprintf("%d tab-separated fields, the header has %d", len(fields), r.nCols)
 		}
-		ex = InputExample{TextA: fields[r.colA]}
+		textA = fields[r.colA]
 		if r.colB >= 0 {
-			ex.TextB = fields[r.colB]
-			if strings.TrimSpace(ex.TextB) == "" {
-				return ex, "empty text_b"
+			if textB = fields[r.colB]; len(bytes.TrimSpace(textB)) == 0 {
+				return InputExample{}, "empty text_b"
 			}
 		}
 		if r.colLabel >= 0 {
-			ex.Label = fields[r.colLabel]
-			if ex.Label == "" {
-				return ex, "empty label"
+			if label = fields[r.colLabel]; len(label) == 0 {
+				return InputExample{}, "empty label"
 			}
 		}
 	}
-	if strings.TrimSpace(ex.TextA) == "" {
-		return ex, "empty text"
+	if len(bytes.TrimSpace(textA)) == 0 {
+		return InputExample{}, "empty text"
 	}
-	if r.opts.Labels != nil && ex.Label != "" {
-		if _, ok := r.opts.Labels.ID(ex.Label); !ok {
-			return ex, fmt.Sprintf("label %q is not in the label list %q", ex.Label, r.opts.Labels.names)
+	if r.opts.Labels != nil && len(label) > 0 {
+		if _, ok := r.opts.Labels.ID(string(label)); !ok {
+			return InputExample{}, fmt.Sprintf("label %q is not in the label list %q", label, r.opts.Labels.names)
 		}
 	}
-	return ex, ""
+	if !build {
+		return InputExample{}, ""
+	}
+	return InputExample{
+		GUID:  fmt.Sprintf("%s:%d", r.path, r.line),
+		TextA: string(textA), TextB: string(textB), Label: string(label),
+	}, ""
 }
 
 func (r *Reader) readHeader() error {
