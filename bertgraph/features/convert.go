@@ -15,9 +15,8 @@ type Converter struct {
 	cls, sep     int32
 }
 
-// NewConverter returns a converter to sequences of maxSeqLength tokens (at least 3: [CLS] a [SEP]
-// b [SEP] with one token each side would need 5, and pairs are truncated down to that). labels
-// may be nil when every example is unlabelled.
+// NewConverter returns a converter to sequences of maxSeqLength tokens, at least 3 ([CLS] and
+// the two [SEP] of a pair). labels may be nil when every example is unlabelled.
 func NewConverter(tok *tokenizer.Tokenizer, maxSeqLength int, labels *Labels) (*Converter, error) {
 	if maxSeqLength < 3 {
 		return nil, fmt.Errorf("features: max_seq_length %d is below 3", maxSeqLength)
