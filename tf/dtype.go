@@ -10,26 +10,44 @@ import "fmt"
 // DataType is a TensorFlow element type (the values of TF_DataType and types.proto).
 type DataType int32
 
-// The element types the binding reads and writes; other TensorFlow types still appear in
-// signatures and checkpoints and print by name.
+// The element types the binding reads and writes, and a few more that appear in signatures
+// and checkpoints (the values of TF_DataType, fixed by types.proto). Other types print as
+// dtype(N).
 const (
-	Float    DataType = C.TF_FLOAT
-	Double   DataType = C.TF_DOUBLE
-	Int32    DataType = C.TF_INT32
-	Uint8    DataType = C.TF_UINT8
-	String   DataType = C.TF_STRING
-	Int64    DataType = C.TF_INT64
-	Bool     DataType = C.TF_BOOL
-	Half     DataType = C.TF_HALF // float16, held in Go as raw uint16 bits
-	BFloat   DataType = C.TF_BFLOAT16
-	Uint16   DataType = C.TF_UINT16
-	Resource DataType = C.TF_RESOURCE
-	Variant  DataType = C.TF_VARIANT
+	Float    DataType = 1
+	Double   DataType = 2
+	Int32    DataType = 3
+	Uint8    DataType = 4
+	String   DataType = 7
+	Int64    DataType = 9
+	Bool     DataType = 10
+	BFloat16 DataType = 14
+	Uint16   DataType = 17
+	Half     DataType = 19 // float16, held in Go as raw IEEE bits (uint16)
+	Resource DataType = 20
+	Variant  DataType = 21
+)
+
+// Each literal above is TF_DataType's; a mismatch makes an array of non-zero length here,
+// which does not compile.
+var (
+	_ [0]struct{} = [Float - C.TF_FLOAT]struct{}{}
+	_ [0]struct{} = [Double - C.TF_DOUBLE]struct{}{}
+	_ [0]struct{} = [Int32 - C.TF_INT32]struct{}{}
+	_ [0]struct{} = [Uint8 - C.TF_UINT8]struct{}{}
+	_ [0]struct{} = [String - C.TF_STRING]struct{}{}
+	_ [0]struct{} = [Int64 - C.TF_INT64]struct{}{}
+	_ [0]struct{} = [Bool - C.TF_BOOL]struct{}{}
+	_ [0]struct{} = [BFloat16 - C.TF_BFLOAT16]struct{}{}
+	_ [0]struct{} = [Uint16 - C.TF_UINT16]struct{}{}
+	_ [0]struct{} = [Half - C.TF_HALF]struct{}{}
+	_ [0]struct{} = [Resource - C.TF_RESOURCE]struct{}{}
+	_ [0]struct{} = [Variant - C.TF_VARIANT]struct{}{}
 )
 
 var dtypeNames = map[DataType]string{
 	Float: "float32", Double: "float64", Int32: "int32", Uint8: "uint8", String: "string",
-	Int64: "int64", Bool: "bool", Half: "float16", BFloat: "bfloat16", Uint16: "uint16",
+	Int64: "int64", Bool: "bool", Half: "float16", BFloat16: "bfloat16", Uint16: "uint16",
 	Resource: "resource", Variant: "variant",
 	C.TF_INT16: "int16", C.TF_INT8: "int8", C.TF_COMPLEX64: "complex64",
 	C.TF_COMPLEX128: "complex128", C.TF_UINT32: "uint32", C.TF_UINT64: "uint64",
@@ -52,7 +70,7 @@ func (t DataType) byteSize() int {
 		return 8
 	case Bool, Uint8:
 		return 1
-	case Half, BFloat, Uint16:
+	case Half, BFloat16, Uint16:
 		return 2
 	}
 	return 0
