@@ -95,6 +95,15 @@ func TestSignatureResultsMatchPython(t *testing.T) {
 	for model, calls := range map[string][]expectedCall{"tf1": want.TF1Calls, "tf2": want.TF2Calls} {
 		t.Run(model, func(t *testing.T) {
 			m := load(t, model)
+			called := map[string]bool{}
+			for _, call := range calls {
+				called[call.Signature] = true
+			}
+			for _, sig := range m.Signatures {
+				if !called[sig.Key] {
+					t.Errorf("signature %q is not in Python's reference calls", sig.Key)
+				}
+			}
 			for i, call := range calls {
 				inputs := map[string]*Tensor{}
 				for k, e := range call.Inputs {

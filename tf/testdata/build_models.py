@@ -105,7 +105,7 @@ TRAIN_INPUTS = {"x": X, "y": Y, "lr": LR}
 TF2_CALLS = [("predict", {"x": X}), ("train", TRAIN_INPUTS), ("train", TRAIN_INPUTS),
              ("predict", {"x": X}), ("dtypes", DTYPES_INPUTS)]
 TF1_CALLS = [("serving_default", {"x": X}), ("train", {"x": X, "y": Y}), ("train", {"x": X, "y": Y}),
-             ("serving_default", {"x": X})]
+             ("serving_default", {"x": X}), ("spin", {"n": np.int32(1000)})]
 
 
 def record(name, inputs, outputs):
