@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -581,5 +582,66 @@ func TestBadEnvironmentIsAnError(t *testing.T) {
 	t.Setenv("OMPI_COMM_WORLD_SIZE", "2")
 	if _, err := Init(); err == nil || !strings.Contains(err.Error(), "OMPI_COMM_WORLD_RANK") {
 		t.Fatalf("rank outside size: %v", err)
+	}
+}
+
+// Gradients sliced from one flat buffer are reduced where they lie: one backend call, no copies
+// into or out of a fusion buffer; scattered gradients are copied in, and the Reducer's own
+// contiguous results need no copy out.
+func TestReducerFusesInPlace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	hs, g := job(t, 2, WithTimeline(path))
+	before := g.calls["allreduce"].Load()
+	onEveryRank(t, hs, func(h *Horovod) error {
+		red, err := h.NewReducer(ReducerOptions{Prefix: "flat/"})
+		if err != nil {
+			return err
+		}
+		flat := make([]float32, 30)
+		for i := range flat {
+			flat[i] = float32(i * (h.Rank() + 1))
+		}
+		grads := []NamedTensor{
+			{"a", mustTensor(t, []int{10}, flat[:10])},
+			{"b", mustTensor(t, []int{2, 10}, flat[10:])},
+		}
+		scattered, err := h.NewReducer(ReducerOptions{Prefix: "scattered/"})
+		if err != nil {
+			return err
+		}
+		for _, red := range []*Reducer{red, scattered} {
+			out, _, err := red.Reduce(grads)
+			if err != nil {
+				return err
+			}
+			for i, v := range append(mustValues[float32](out[0].Tensor), mustValues[float32](out[1].Tensor)...) {
+				if want := float32(i) * 1.5; v != want {
+					return errorf("element %d: %v, want %v", i, v, want)
+				}
+			}
+			grads = []NamedTensor{{"a", mustTensor(t, []int{10}, slices.Clone(flat[:10]))}, {"b", mustTensor(t, []int{2, 10}, slices.Clone(flat[10:]))}}
+		}
+		return nil
+	})
+	if n := g.calls["allreduce"].Load() - before; n != 2 {
+		t.Errorf("%d backend allreduces for two steps of two gradients each, want 2", n)
+	}
+	for _, h := range hs {
+		h.Shutdown()
+	}
+	raw, _ := os.ReadFile(path)
+	var events []struct{ Name, Ph string }
+	if err := json.Unmarshal(raw, &events); err != nil {
+		t.Fatal(err)
+	}
+	copies := map[string]int{}
+	for _, e := range events {
+		if e.Ph == "B" && strings.HasPrefix(e.Name, "MEMCPY") {
+			copies[e.Name]++
+		}
+	}
+	// Only the scattered step copies, and only in: one phase per tensor.
+	if !maps.Equal(copies, map[string]int{"MEMCPY_IN_FUSION_BUFFER": 2}) {
+		t.Errorf("copy phases in the timeline: %v", copies)
 	}
 }

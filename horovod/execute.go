@@ -3,6 +3,7 @@ package horovod
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 )
@@ -43,30 +44,37 @@ func (o ReduceOp) backendOp() backend.ReduceOp {
 	return backend.Sum
 }
 
-// execute runs the responses of one round in order. Ready allreduces that agree on dtype, op and
-// scale factors fuse into one backend call while they fit the fusion threshold. An error from the
-// backend is returned: the collective state is then unknown and the loop stops.
+// execute runs the responses of one round in order. Each allreduce takes along every later ready
+// allreduce of the same dtype, op and scale factors while they fit the fusion threshold, and the
+// group runs as one backend call. Every rank computes the same batches from the same responses.
+// An error from the backend is returned: the collective state is then unknown and the loop stops.
 func (c *controller) execute(responses []*response) error {
-	for i := 0; i < len(responses); {
-		r := responses[i]
+	used := make([]bool, len(responses))
+	for i, r := range responses {
+		if used[i] {
+			continue
+		}
+		used[i] = true
 		if r.err != nil {
 			if req := c.take(r.spec.name); req != nil {
 				req.complete(Tensor{}, r.err)
 			}
 			c.timeline.done(r.spec.name)
-			i++
 			continue
 		}
+		batch := []*response{r}
 		var err error
-		n := 1
 		switch r.spec.kind {
 		case kindAllreduce:
 			bytes := r.spec.bytes()
-			for n < len(responses)-i && fusable(r, responses[i+n]) && bytes+responses[i+n].spec.bytes() <= c.h.cfg.fusionThreshold {
-				bytes += responses[i+n].spec.bytes()
-				n++
+			for j := i + 1; j < len(responses); j++ {
+				if !used[j] && fusable(r, responses[j]) && bytes+responses[j].spec.bytes() <= c.h.cfg.fusionThreshold {
+					used[j] = true
+					bytes += responses[j].spec.bytes()
+					batch = append(batch, responses[j])
+				}
 			}
-			err = c.allreduce(responses[i : i+n])
+			err = c.allreduce(batch)
 		case kindAllgather:
 			err = c.allgather(r)
 		case kindBroadcast:
@@ -77,10 +85,9 @@ func (c *controller) execute(responses []*response) error {
 		if err != nil {
 			return fmt.Errorf("horovod: rank %d: %s %q on the %s backend: %w", c.rank, r.spec.kind, r.spec.name, c.data.Name(), err)
 		}
-		for _, done := range responses[i : i+n] {
+		for _, done := range batch {
 			c.timeline.done(done.spec.name)
 		}
-		i += n
 	}
 	return nil
 }
@@ -172,33 +179,79 @@ func (c *controller) allreduce(batch []*response) error {
 	for _, o := range ops {
 		total += len(o.output)
 	}
-	if cap(c.fusion) < total {
-		c.fusion = make([]byte, total)
+	// Tensors that lie back to back in memory (a Reducer's outputs; gradients sliced from one flat
+	// buffer) need no fusion buffer on that side: the backend reads or writes them where they are.
+	in := span(ops, func(o operand) []byte { return o.input })
+	var out []byte
+	if given(ops) { // outputs horovod allocated itself are adjacent only by chance
+		out = span(ops, func(o operand) []byte { return o.output })
 	}
-	buf := c.fusion[:total]
-	_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
-		off := 0
-		for _, o := range ops {
-			off += copy(buf[off:], o.input)
+	buf := out
+	if buf == nil {
+		if cap(c.fusion) < total {
+			c.fusion = make([]byte, total)
 		}
-		scale(buf, s.dtype, s.prescale)
-		return nil
-	})
-	if err := phase(wire, func() error { return c.data.Allreduce(buf, buf, s.dtype, s.op.backendOp()) }); err != nil {
+		buf = c.fusion[:total]
+	}
+	if in == nil || s.prescale != 1 {
+		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
+			if in != nil {
+				copy(buf, in)
+			} else {
+				off := 0
+				for _, o := range ops {
+					off += copy(buf[off:], o.input)
+				}
+			}
+			scale(buf, s.dtype, s.prescale)
+			return nil
+		})
+		in = buf
+	}
+	if err := phase(wire, func() error { return c.data.Allreduce(in, buf, s.dtype, s.op.backendOp()) }); err != nil {
 		return err
 	}
-	_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
+	if out != nil {
 		scale(buf, s.dtype, post)
-		off := 0
-		for _, o := range ops {
-			off += copy(o.output, buf[off:])
-		}
-		return nil
-	})
+	} else {
+		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
+			scale(buf, s.dtype, post)
+			off := 0
+			for _, o := range ops {
+				off += copy(o.output, buf[off:])
+			}
+			return nil
+		})
+	}
 	for i, o := range ops {
 		o.finish(batch[i].spec.shape)
 	}
 	return nil
+}
+
+// given reports whether every operand's output was provided by the caller (a Reducer's arena).
+func given(ops []operand) bool {
+	for _, o := range ops {
+		if o.req == nil || o.req.output == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// span returns the memory of every operand's part as one slice when the parts are adjacent, in
+// order, in memory; nil otherwise.
+func span(ops []operand, part func(operand) []byte) []byte {
+	base := unsafe.Pointer(unsafe.SliceData(part(ops[0])))
+	n := 0
+	for _, o := range ops {
+		p := part(o)
+		if len(p) == 0 || unsafe.Pointer(unsafe.SliceData(p)) != unsafe.Add(base, n) {
+			return nil
+		}
+		n += len(p)
+	}
+	return unsafe.Slice((*byte)(base), n)
 }
 
 func (c *controller) allgather(r *response) error {

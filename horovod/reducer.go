@@ -38,12 +38,9 @@ type Reducer struct {
 	passes int                     // backward passes accumulated in this step
 	accum  map[string]*NamedTensor // running sums while passes < BackwardPassesPerStep
 	first  []NamedTensor           // the first pass's tensors (names, dtypes, shapes) of this step
-	bufs   map[string]*reducerBuffers
-}
-
-// reducerBuffers are one gradient's reusable wire and result memory.
-type reducerBuffers struct {
-	wire, out []byte
+	// Results and float16 wire copies, each gradient's back to back in the order given, so that
+	// fusion reads and writes them in place; reused from step to step.
+	outArena, wireArena []byte
 }
 
 // NewReducer checks opts and returns a Reducer.
@@ -72,7 +69,7 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "gradients/"
 	}
-	return &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}, bufs: map[string]*reducerBuffers{}}, nil
+	return &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}}, nil
 }
 
 // Reduce takes one backward pass's gradients. On the last pass of a step (every pass when
@@ -148,20 +145,29 @@ func (r *Reducer) accumulate(grads []NamedTensor) error {
 func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 	pre := 1 / r.opts.GradientPredivideFactor
 	post := r.opts.GradientPredivideFactor
-	reqs := make([]*request, len(grads))
-	for i, g := range grads {
-		b := r.bufs[g.Name]
-		if b == nil {
-			b = &reducerBuffers{}
-			r.bufs[g.Name] = b
+	outBytes, wireBytes := 0, 0
+	for _, g := range grads {
+		outBytes += len(g.Data)
+		if r.opts.Compression.compresses(g.DType) {
+			wireBytes += 2 * g.NumElements()
 		}
-		b.out = grow(b.out, len(g.Data))
-		wire := g.Tensor
+	}
+	r.outArena = grow(r.outArena, outBytes)
+	r.wireArena = grow(r.wireArena, wireBytes)
+	outs := make([][]byte, len(grads))
+	reqs := make([]*request, len(grads))
+	outOff, wireOff := 0, 0
+	for i, g := range grads {
+		outs[i] = r.outArena[outOff : outOff+len(g.Data) : outOff+len(g.Data)]
+		outOff += len(g.Data)
+		wire, output := g.Tensor, outs[i]
 		op := AllreduceOptions{Op: r.opts.Op, Prescale: pre, Postscale: post}
 		if r.opts.Compression.compresses(g.DType) {
-			b.wire = grow(b.wire, 2*g.NumElements())
-			compress(b.wire, g.Data, g.DType)
-			wire = Tensor{DType: Float16, Shape: g.Shape, Data: b.wire}
+			n := 2 * g.NumElements()
+			output = r.wireArena[wireOff : wireOff+n : wireOff+n] // reduced in place, then widened
+			wireOff += n
+			compress(output, g.Data, g.DType)
+			wire = Tensor{DType: Float16, Shape: g.Shape, Data: output}
 			// Sum in float16, then scale while widening: the division of Average happens at
 			// full precision.
 			op = AllreduceOptions{Op: Sum, Prescale: pre}
@@ -170,10 +176,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 		if err != nil {
 			return nil, err
 		}
-		req.output = b.out
-		if r.opts.Compression.compresses(g.DType) {
-			req.output = b.wire // reduced in place, then widened into out
-		}
+		req.output = output
 		reqs[i] = req
 	}
 	if err := r.h.ctl.submit(reqs...); err != nil {
@@ -185,15 +188,14 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 	}
 	out := make([]NamedTensor, len(grads))
 	for i, g := range grads {
-		b := r.bufs[g.Name]
 		if r.opts.Compression.compresses(g.DType) {
 			factor := post
 			if r.opts.Op == Average {
 				factor /= float64(r.h.Size())
 			}
-			decompress(b.out, results[i].Data, g.DType, factor)
+			decompress(outs[i], results[i].Data, g.DType, factor)
 		}
-		out[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape), Data: b.out}}
+		out[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape), Data: outs[i]}}
 	}
 	return out, nil
 }
