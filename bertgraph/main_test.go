@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
@@ -62,10 +63,24 @@ func python(args ...string) ([]byte, error) {
 	return out, nil
 }
 
-type lockedBuffer struct{ b []byte }
+// lockedBuffer collects a child's stderr, written by exec's copying goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
 
-func (l *lockedBuffer) Write(p []byte) (int, error) { l.b = append(l.b, p...); return len(p), nil }
-func (l *lockedBuffer) String() string              { return string(l.b) }
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}
 
 func testOptions() Options {
 	return Options{Session: &tf.SessionOptions{IntraOpThreads: 2, InterOpThreads: 1}}

@@ -3,15 +3,14 @@ and benchmarked against.
 
     python -m bertgraph.exporter.drive steps   --model DIR --input steps.json --out result.json
     python -m bertgraph.exporter.drive serve   --model DIR --input batch.json --out result.json
-    python -m bertgraph.exporter.drive bench   --model DIR --batch_size 32 --steps 5 --out r.json
+    python -m bertgraph.exporter.drive bench   --model DIR --batch_size 32 --threads 2
     python -m bertgraph.exporter.drive fixture --out DIR
 
 steps: runs train_step + apply_gradients for each batch of steps.json (keys as the signatures'
 inputs, plus learning_rate and clip_norm at the top) on a fresh load of the SavedModel and
 writes the losses, norms and final variables.  serve: serving_default of any SavedModel through
-tf.saved_model.load.  bench: seconds per train_step + apply_gradients on a synthetic batch (the
-gradients come to host memory as numpy, as a Horovod allreduce needs them), with --threads
-intra-op threads, and the peak RSS.  fixture: what Go's bertgraph tests start from: a tiny
+tf.saved_model.load.  bench: one train_step + apply_gradients on a synthetic batch per "step"
+line of stdin, its seconds printed (see bench()), with --threads intra/inter-op threads.  fixture: what Go's bertgraph tests start from: a tiny
 training SavedModel (model/) and a Google-named checkpoint of other weights with some names
 missing and one extra (google/bert_model.ckpt).
 """
@@ -74,7 +73,12 @@ def serve(model_dir, batch):
     return {k: v.numpy().tolist() for k, v in out.items()}
 
 
-def bench(model_dir, batch_size, n_steps, warmup, threads):
+def bench(model_dir, batch_size, warmup, threads, commands=sys.stdin, reply=sys.stdout):
+    """Serves timed steps on request, so a Go benchmark can alternate its steps with ours.
+
+    Prints ``ready`` after the warm-up steps; then each input line ``step`` runs one
+    train_step + apply_gradients (the gradients brought to host memory as numpy, as an allreduce
+    needs them) and prints its seconds; at end of input prints {"peak_rss_mib": ...}."""
     from . import contract
     tf = _tf(threads)
     c = contract.read(model_dir)
@@ -92,16 +96,23 @@ def bench(model_dir, batch_size, n_steps, warmup, threads):
     grad_keys = [v["gradient_key"] for v in c["variables"]]
     train, apply = m.signatures["train_step"], m.signatures["apply_gradients"]
     lr, clip = tf.constant(1e-5), tf.constant(1.0)
-    times = []
-    for i in range(warmup + n_steps):
+
+    def step(i):
         t0 = time.perf_counter()
         out = train(**batch, dropout_seed=tf.constant([0, i], tf.int64))
-        grads = {k: out[k].numpy() for k in grad_keys}  # to host, as an allreduce needs them
+        grads = {k: out[k].numpy() for k in grad_keys}
         apply(learning_rate=lr, clip_norm=clip, **grads)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return {"seconds_per_step": float(np.mean(times)), "steps": n_steps,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        return time.perf_counter() - t0
+
+    for i in range(warmup):
+        step(-1 - i)
+    print("ready", file=reply, flush=True)
+    for i, line in enumerate(commands):
+        if line.strip() != "step":
+            raise SystemExit(f"drive.py bench: unknown command {line.strip()!r}")
+        print(step(i), file=reply, flush=True)
+    print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}),
+          file=reply, flush=True)
 
 
 def fixture(out_dir, max_seq_length=16, num_labels=2):
@@ -126,23 +137,25 @@ def main(argv=None):
     p.add_argument("command", choices=("steps", "serve", "bench", "fixture"))
     p.add_argument("--model")
     p.add_argument("--input")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="result file (fixture: the folder to write)")
     p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="intra/inter-op threads; 0: TF default")
     a = p.parse_args(argv)
+    if a.command != "bench" and not a.out:
+        p.error(f"{a.command} needs --out")
     if a.command == "fixture":
         print(json.dumps(fixture(a.out)))
         return
     if not a.model:
         p.error(f"{a.command} needs --model")
+    if a.command == "bench":
+        bench(a.model, a.batch_size, a.warmup, a.threads)
+        return
     if a.command == "steps":
         result = steps(a.model, json.loads(pathlib.Path(a.input).read_text()))
     elif a.command == "serve":
         result = serve(a.model, json.loads(pathlib.Path(a.input).read_text()))
-    else:
-        result = bench(a.model, a.batch_size, a.steps, a.warmup, a.threads)
     pathlib.Path(a.out).write_text(json.dumps(result))
 
 
