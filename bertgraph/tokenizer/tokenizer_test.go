@@ -126,12 +126,15 @@ func TestVocab(t *testing.T) {
 		}
 		return p
 	}
-	v, err := LoadVocab(write("crlf.txt", "[UNK]\r\nhello\r\n##lo\r\n"))
+	v, err := LoadVocab(write("crlf.txt", "[UNK]\r\nhello \t\r\n##lo\r\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if id, ok := v.ID("##lo"); !ok || id != 2 || v.Size() != 3 {
 		t.Fatalf("ID(##lo) = %d %v, size %d", id, ok, v.Size())
+	}
+	if id, ok := v.ID("hello"); !ok || id != 1 {
+		t.Fatalf("ID(hello) = %d %v: trailing whitespace not trimmed", id, ok)
 	}
 	ids, err := v.IDs([]string{"hello", "[UNK]"})
 	if err != nil || !slices.Equal(ids, []int32{1, 0}) {

@@ -22,8 +22,9 @@ type Vocab struct {
 	maxTokenBytes int
 }
 
-// LoadVocab reads a vocab.txt: one token a line, LF or CRLF endings. Empty lines and duplicate
-// tokens are errors naming the file and line, since either would silently shift or shadow ids.
+// LoadVocab reads a vocab.txt: one token a line, LF or CRLF endings, trailing spaces and tabs
+// ignored (both references trim them). Empty lines and duplicate tokens are errors naming the
+// file and line: the references would load them as tokens "" and a shadowed id.
 func LoadVocab(path string) (*Vocab, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -34,7 +35,7 @@ func LoadVocab(path string) (*Vocab, error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 1024), len(data)+1)
 	for line := 1; sc.Scan(); line++ {
-		tok := strings.TrimSuffix(sc.Text(), "\r")
+		tok := strings.TrimRight(sc.Text(), " \t\r")
 		if tok == "" {
 			return nil, fmt.Errorf("tokenizer: %s:%d: empty token", path, line)
 		}
