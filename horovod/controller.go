@@ -93,7 +93,11 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		}
 		c.timeline = tl
 	}
-	go c.loop()
+	if p, ok := control.(backend.Pinned); ok {
+		go p.Serve(c.loop) // MPI: the loop runs on the MPI thread itself
+	} else {
+		go c.loop()
+	}
 	go c.watchdog()
 	return c, nil
 }

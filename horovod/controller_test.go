@@ -586,8 +586,8 @@ func TestBadEnvironmentIsAnError(t *testing.T) {
 }
 
 // Gradients sliced from one flat buffer are reduced where they lie: one backend call, no copies
-// into or out of a fusion buffer; scattered gradients are copied in, and the Reducer's own
-// contiguous results need no copy out.
+// into or out of a fusion buffer (in place with InPlace); scattered gradients are copied in, and
+// the Reducer's own contiguous results need no copy out.
 func TestReducerFusesInPlace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "timeline.json")
 	hs, g := job(t, 2, WithTimeline(path))
@@ -609,6 +609,10 @@ func TestReducerFusesInPlace(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		inPlace, err := h.NewReducer(ReducerOptions{Prefix: "inplace/", InPlace: true})
+		if err != nil {
+			return err
+		}
 		for _, red := range []*Reducer{red, scattered} {
 			out, _, err := red.Reduce(grads)
 			if err != nil {
@@ -621,10 +625,22 @@ func TestReducerFusesInPlace(t *testing.T) {
 			}
 			grads = []NamedTensor{{"a", mustTensor(t, []int{10}, slices.Clone(flat[:10]))}, {"b", mustTensor(t, []int{2, 10}, slices.Clone(flat[10:]))}}
 		}
+		out, _, err := inPlace.Reduce([]NamedTensor{{"a", mustTensor(t, []int{10}, flat[:10])}, {"b", mustTensor(t, []int{2, 10}, flat[10:])}})
+		if err != nil {
+			return err
+		}
+		for i, v := range flat {
+			if want := float32(i) * 1.5; v != want {
+				return errorf("in place: element %d of the flat buffer is %v, want %v", i, v, want)
+			}
+		}
+		if &out[1].Data[0] != &mustTensor(t, nil, flat[10:]).Data[0] {
+			return errorf("in place: the result does not alias the gradient")
+		}
 		return nil
 	})
-	if n := g.calls["allreduce"].Load() - before; n != 2 {
-		t.Errorf("%d backend allreduces for two steps of two gradients each, want 2", n)
+	if n := g.calls["allreduce"].Load() - before; n != 3 {
+		t.Errorf("%d backend allreduces for three steps of two gradients each, want 3", n)
 	}
 	for _, h := range hs {
 		h.Shutdown()

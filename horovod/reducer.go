@@ -26,6 +26,10 @@ type ReducerOptions struct {
 	AverageAggregatedGradients bool
 	// Prefix is prepended to each gradient's name on the wire; "" means "gradients/".
 	Prefix string
+	// InPlace writes the reduced gradients over the ones given instead of into Reducer-owned
+	// memory: no second copy of the gradients, and gradients that lie back to back in one buffer
+	// are reduced with a single in-place backend call.
+	InPlace bool
 }
 
 // Reducer averages the named per-variable gradients of each train step across ranks: the
@@ -75,7 +79,8 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 // Reduce takes one backward pass's gradients. On the last pass of a step (every pass when
 // BackwardPassesPerStep is 1) it returns the reduced gradients, in the order given, and ready ==
 // true; on the other passes it accumulates them locally and returns ready == false. The returned
-// tensors are owned by the Reducer and stay valid until the next call of Reduce.
+// tensors are owned by the Reducer and stay valid until the next call of Reduce (with InPlace they
+// are the given gradients, or with BackwardPassesPerStep > 1 the Reducer's accumulators).
 func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool, err error) {
 	seen := make(map[string]bool, len(grads))
 	for _, g := range grads {
@@ -147,7 +152,9 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 	post := r.opts.GradientPredivideFactor
 	outBytes, wireBytes := 0, 0
 	for _, g := range grads {
-		outBytes += len(g.Data)
+		if !r.opts.InPlace {
+			outBytes += len(g.Data)
+		}
 		if r.opts.Compression.compresses(g.DType) {
 			wireBytes += 2 * g.NumElements()
 		}
@@ -158,8 +165,12 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 	reqs := make([]*request, len(grads))
 	outOff, wireOff := 0, 0
 	for i, g := range grads {
-		outs[i] = r.outArena[outOff : outOff+len(g.Data) : outOff+len(g.Data)]
-		outOff += len(g.Data)
+		if r.opts.InPlace {
+			outs[i] = g.Data
+		} else {
+			outs[i] = r.outArena[outOff : outOff+len(g.Data) : outOff+len(g.Data)]
+			outOff += len(g.Data)
+		}
 		wire, output := g.Tensor, outs[i]
 		op := AllreduceOptions{Op: r.opts.Op, Prescale: pre, Postscale: post}
 		if r.opts.Compression.compresses(g.DType) {

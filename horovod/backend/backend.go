@@ -147,3 +147,13 @@ type Backend interface {
 // control.Broadcast) and to choose its device (control.Topology().LocalRank). It runs before
 // horovod's background loop starts, so it may call control's collectives freely.
 type Opener func(control Backend) (Backend, error)
+
+// Pinned is implemented by a Backend whose calls must all be made from one OS thread, as MPI's
+// are from the thread that initialized it. horovod runs its background loop through Serve, so
+// the loop's calls are made on that thread directly instead of being handed over to it.
+type Pinned interface {
+	Backend
+	// Serve runs loop on the backend's thread and returns when loop returns. While loop runs,
+	// the backend must be called only from loop (Abort excepted).
+	Serve(loop func())
+}

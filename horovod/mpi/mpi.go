@@ -20,6 +20,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -58,9 +59,12 @@ type Comm struct {
 	calls  chan func()
 	mu     sync.Mutex // guards closed against concurrent Close/Do
 	closed bool
+	// serving is set while Serve runs a loop on the MPI thread: that loop is then the only
+	// caller, and its calls run in place.
+	serving atomic.Bool
 }
 
-var _ backend.Backend = (*Comm)(nil)
+var _ backend.Pinned = (*Comm)(nil)
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator. It fails
 // if called a second time in the same process.
@@ -108,6 +112,10 @@ func (c *Comm) serve(ready chan<- error) {
 // horovod's background loop drives this Comm, f must not make collective calls: they would
 // interleave with horovod's on the other ranks.
 func (c *Comm) Do(f func()) error {
+	if c.serving.Load() {
+		f()
+		return nil
+	}
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -121,6 +129,16 @@ func (c *Comm) Do(f func()) error {
 	}
 	<-done
 	return nil
+}
+
+// Serve runs loop on the MPI thread; the Comm's methods called from loop then make their MPI
+// calls directly, without a hand-over per call. Nothing but loop may call the Comm meanwhile.
+func (c *Comm) Serve(loop func()) {
+	c.Do(func() {
+		c.serving.Store(true)
+		defer c.serving.Store(false)
+		loop()
+	})
 }
 
 func (c *Comm) call(name string, f func() C.int) error {
