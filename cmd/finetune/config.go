@@ -72,8 +72,8 @@ func defaultTask() Config {
 	c.NumTrainEpochs = 1
 	c.SaveCheckpointsSteps = 100
 	c.LogStepCountSteps = 10
-	c.MaxTrainExamples = 1600
-	c.MaxEvalExamples = 500
+	c.MaxTrainExamples = 3200
+	c.MaxEvalExamples = 1000
 	c.MaxPredictExamples = 200
 	return c
 }

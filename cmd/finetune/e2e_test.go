@@ -63,12 +63,10 @@ func startUntilCheckpoint(t *testing.T, cmd *exec.Cmd, outputDir string, atLeast
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		if m, err := checkpoint.Open(outputDir, 0, 0); err == nil {
-			if _, step, ok, _ := m.Latest(); ok && step >= atLeast {
-				pids := rankPIDs(t, cmd.Process.Pid)
-				if len(pids) == 2 {
-					return &out, pids
-				}
+		if _, step, ok, _ := checkpoint.Latest(outputDir); ok && step >= atLeast {
+			pids := rankPIDs(t, cmd.Process.Pid)
+			if len(pids) == 2 {
+				return &out, pids
 			}
 		}
 	}
@@ -84,11 +82,7 @@ func (w *syncWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
 
 func latestStep(t *testing.T, dir string) int64 {
 	t.Helper()
-	m, err := checkpoint.Open(dir, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, step, ok, err := m.Latest()
+	_, step, ok, err := checkpoint.Latest(dir)
 	if err != nil || !ok {
 		t.Fatalf("no checkpoint in %s: %v", dir, err)
 	}

@@ -105,13 +105,33 @@ func (m *Manager) Dir() string { return m.dir }
 // file that names a checkpoint whose index is missing is an error: resuming from an older one
 // silently would repeat training steps.
 func (m *Manager) Latest() (prefix string, step int64, ok bool, err error) {
-	if m.latestPrefixRel == "" {
+	return latest(m.dir, m.latestPrefixRel)
+}
+
+// Latest reads the newest checkpoint of dir as Manager.Latest does, without opening a manager:
+// for observers, which must not clean up after a save that may be in flight.
+func Latest(dir string) (prefix string, step int64, ok bool, err error) {
+	st, err := readState(filepath.Join(dir, StateFile))
+	if errors.Is(err, os.ErrNotExist) {
 		return "", 0, false, nil
 	}
-	prefix = m.resolve(m.latestPrefixRel)
+	if err != nil {
+		return "", 0, false, err
+	}
+	return latest(dir, st.latest)
+}
+
+func latest(dir, rel string) (prefix string, step int64, ok bool, err error) {
+	if rel == "" {
+		return "", 0, false, nil
+	}
+	prefix = rel
+	if !filepath.IsAbs(rel) {
+		prefix = filepath.Join(dir, rel)
+	}
 	if _, err := os.Stat(prefix + ".index"); err != nil {
 		return "", 0, false, fmt.Errorf("checkpoint: %s names %s, which is not readable: %w",
-			filepath.Join(m.dir, StateFile), prefix, err)
+			filepath.Join(dir, StateFile), prefix, err)
 	}
 	step, err = StepOf(prefix)
 	if err != nil {

@@ -238,3 +238,24 @@ print(json.dumps({
 		t.Fatalf("TensorFlow read %+v", got)
 	}
 }
+
+// An observer reading the latest checkpoint leaves a save in flight alone.
+func TestLatestReadsWithoutCleaningUp(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 3, 0)
+	if _, err := m.Save(4, fakeSave("s")); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := filepath.Join(dir, ".model.ckpt-5.tmp42")
+	os.MkdirAll(inFlight, 0o755)
+	prefix, step, ok, err := Latest(dir)
+	if err != nil || !ok || step != 4 || prefix != filepath.Join(dir, "model.ckpt-4") {
+		t.Fatalf("Latest = %q %d %v %v", prefix, step, ok, err)
+	}
+	if _, err := os.Stat(inFlight); err != nil {
+		t.Fatalf("the save in flight was removed: %v", err)
+	}
+	if _, _, ok, err := Latest(t.TempDir()); ok || err != nil {
+		t.Fatalf("empty directory: ok=%v err=%v", ok, err)
+	}
+}
