@@ -661,3 +661,21 @@ func TestReducerFusesInPlace(t *testing.T) {
 		t.Errorf("copy phases in the timeline: %v", copies)
 	}
 }
+
+// Scaling a float32 rounds once whichever way it is computed: the float32 fast path for factors
+// a float32 holds exactly agrees with the float64 product on random values.
+func TestScaleFloat32RoundsOnce(t *testing.T) {
+	// Factors a float32 holds exactly take the fast path.
+	for _, f := range []float64{0.5, 3, 0.75, float64(float32(0.1)), float64(float32(1.0 / 3)), 1e-30} {
+		v := make([]float32, 1000)
+		want := make([]float32, len(v))
+		for i := range v {
+			v[i] = float32(math.Sin(float64(i))*1e3) + float32(i)*1e-4
+			want[i] = float32(float64(v[i]) * f)
+		}
+		scale(mustTensor(t, nil, v).Data, Float32, f)
+		if !slices.Equal(v, want) {
+			t.Errorf("factor %v: scaling differs from one rounding of the exact product", f)
+		}
+	}
+}

@@ -16,6 +16,14 @@ func scale(buf []byte, dt DType, f float64) {
 	switch dt {
 	case Float32:
 		v := view[float32](buf)
+		if f32 := float32(f); float64(f32) == f {
+			// The product of two float32s is exact in float64, so multiplying in float32 rounds
+			// once too, and is about twice as fast.
+			for i := range v {
+				v[i] *= f32
+			}
+			return
+		}
 		for i := range v {
 			v[i] = float32(float64(v[i]) * f)
 		}
