@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"os"
@@ -36,21 +37,12 @@ func TestAllreduceOpsAndScaling(t *testing.T) {
 				return err
 			}
 			if v := mustValues[float32](got); !slices.Equal(v, c.want) || !slices.Equal(got.Shape, []int{2, 2}) {
-				return errorf("%+v: got %v %v, want %v", c.o, got.Shape, v, c.want)
+				return fmt.Errorf("%+v: got %v %v, want %v", c.o, got.Shape, v, c.want)
 			}
 		}
 		return nil
 	})
 }
-
-func errorf(format string, args ...any) error { return &testError{format, args} }
-
-type testError struct {
-	format string
-	args   []any
-}
-
-func (e *testError) Error() string { return strings.TrimSpace(sprintf(e.format, e.args...)) }
 
 // Every kind of disagreement fails on every rank with the same error, naming the tensor and who
 // sent what.
@@ -108,7 +100,7 @@ func TestMismatchesFailIdenticallyOnEveryRank(t *testing.T) {
 				err := c.run(h)
 				var he *Error
 				if !errors.As(err, &he) {
-					return errorf("want a *horovod.Error, got %v", err)
+					return fmt.Errorf("want a *horovod.Error, got %v", err)
 				}
 				mu.Lock()
 				got[h.Rank()] = err.Error()
@@ -158,7 +150,7 @@ func groupedCalls(t *testing.T, threshold, n int) int64 {
 			for j := range v {
 				v[j] = float32(i*1000 + j + h.Rank())
 			}
-			ts[i] = NamedTensor{Name: sprintf("t%d", i), Tensor: mustTensor(t, nil, v)}
+			ts[i] = NamedTensor{Name: fmt.Sprintf("t%d", i), Tensor: mustTensor(t, nil, v)}
 		}
 		out, err := h.GroupedAllreduce(ts, AllreduceOptions{Op: Sum})
 		if err != nil {
@@ -167,7 +159,7 @@ func groupedCalls(t *testing.T, threshold, n int) int64 {
 		for i, o := range out {
 			for j, v := range mustValues[float32](o) {
 				if want := float32(2*(i*1000+j) + 1); v != want {
-					return errorf("tensor %d element %d: %v, want %v", i, j, v, want)
+					return fmt.Errorf("tensor %d element %d: %v, want %v", i, j, v, want)
 				}
 			}
 		}
@@ -202,7 +194,7 @@ func TestNegotiationIsCached(t *testing.T) {
 				if h.Rank() == 0 && shape0 != nil {
 					shape = shape0
 				}
-				ts[i] = NamedTensor{Name: sprintf("model/layer_%02d/kernel/gradient", i), Tensor: mustTensor(t, shape, make([]float32, 4))}
+				ts[i] = NamedTensor{Name: fmt.Sprintf("model/layer_%02d/kernel/gradient", i), Tensor: mustTensor(t, shape, make([]float32, 4))}
 			}
 			_, errs[h.Rank()] = h.GroupedAllreduce(ts, AllreduceOptions{})
 			return nil
@@ -267,14 +259,14 @@ func TestJoin(t *testing.T) {
 			return err
 		}
 		if s, a := mustValues[float64](sum)[0], mustValues[float64](avg)[0]; s != 4 || a != 4.0/3 {
-			return errorf("with rank 1 joined: sum %v avg %v, want 4 and 4/3", s, a)
+			return fmt.Errorf("with rank 1 joined: sum %v avg %v, want 4 and 4/3", s, a)
 		}
 		rows, err := h.Allgather("g", mustTensor(t, []int{h.Rank() + 1}, slices.Repeat([]int64{int64(h.Rank())}, h.Rank()+1)))
 		if err != nil {
 			return err
 		}
 		if v := mustValues[int64](rows); !slices.Equal(v, []int64{0, 2, 2, 2}) {
-			return errorf("allgather with rank 1 joined: %v", v)
+			return fmt.Errorf("allgather with rank 1 joined: %v", v)
 		}
 		if h.Rank() == 2 {
 			time.Sleep(20 * time.Millisecond) // join last
@@ -482,7 +474,7 @@ func TestReducerAccumulatesCompressesAndAverages(t *testing.T) {
 					return err
 				}
 				if ready != (pass == 1) {
-					return errorf("pass %d: ready=%v", pass, ready)
+					return fmt.Errorf("pass %d: ready=%v", pass, ready)
 				}
 				if !ready {
 					continue
@@ -491,11 +483,11 @@ func TestReducerAccumulatesCompressesAndAverages(t *testing.T) {
 				// rank 1 proves the wire was float16.
 				w := mustValues[float32](out[0].Tensor)
 				if w[0] != 1 || w[1] != 1.5 || !math.IsInf(float64(w[2]), 1) {
-					return errorf("step %d: w = %v, want [1 1.5 +Inf]", step, w)
+					return fmt.Errorf("step %d: w = %v, want [1 1.5 +Inf]", step, w)
 				}
 				// Integers pass compression untouched: ((7+8)/2 truncated, (8+9)/2) = 7, 8 -> mean 7.
 				if s := mustValues[int64](out[1].Tensor); out[1].Name != "steps" || s[0] != 7 {
-					return errorf("step %d: steps = %v", step, s)
+					return fmt.Errorf("step %d: steps = %v", step, s)
 				}
 			}
 		}
@@ -620,7 +612,7 @@ func TestReducerFusesInPlace(t *testing.T) {
 			}
 			for i, v := range append(mustValues[float32](out[0].Tensor), mustValues[float32](out[1].Tensor)...) {
 				if want := float32(i) * 1.5; v != want {
-					return errorf("element %d: %v, want %v", i, v, want)
+					return fmt.Errorf("element %d: %v, want %v", i, v, want)
 				}
 			}
 			grads = []NamedTensor{{"a", mustTensor(t, []int{10}, slices.Clone(flat[:10]))}, {"b", mustTensor(t, []int{2, 10}, slices.Clone(flat[10:]))}}
@@ -631,11 +623,11 @@ func TestReducerFusesInPlace(t *testing.T) {
 		}
 		for i, v := range flat {
 			if want := float32(i) * 1.5; v != want {
-				return errorf("in place: element %d of the flat buffer is %v, want %v", i, v, want)
+				return fmt.Errorf("in place: element %d of the flat buffer is %v, want %v", i, v, want)
 			}
 		}
 		if &out[1].Data[0] != &mustTensor(t, nil, flat[10:]).Data[0] {
-			return errorf("in place: the result does not alias the gradient")
+			return fmt.Errorf("in place: the result does not alias the gradient")
 		}
 		return nil
 	})

@@ -3,7 +3,6 @@ package horovod
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"runtime"
 	"slices"
@@ -224,5 +223,3 @@ func mustValues[T Element](t Tensor) []T {
 	}
 	return v
 }
-
-var sprintf = fmt.Sprintf
