@@ -189,7 +189,8 @@ func (c *controller) join() (int, error) {
 // loop is the background loop: wait for work or the cycle time, negotiate, execute, repeat.
 func (c *controller) loop() {
 	defer close(c.stopped)
-	timer := time.NewTimer(c.h.cfg.cycleTime)
+	wait := c.h.cfg.cycleTime
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		select {
@@ -246,8 +247,27 @@ func (c *controller) loop() {
 			return
 		}
 		c.timeline.flushIfDue()
-		timer.Reset(c.h.cfg.cycleTime)
+		// While no rank has anything to negotiate, idle rounds back off to 16 cycle times: a
+		// round costs a collective, in which MPI polls. A submission still starts a round at once.
+		if idle(msgs) && len(c.order) == 0 {
+			wait = min(2*wait, maxIdleCycles*c.h.cfg.cycleTime)
+		} else {
+			wait = c.h.cfg.cycleTime
+		}
+		timer.Reset(wait)
 	}
+}
+
+const maxIdleCycles = 16
+
+// idle reports whether a round carried nothing from any rank.
+func idle(msgs []*message) bool {
+	for _, m := range msgs {
+		if m.shutdown || m.joined || len(m.cached) > 0 || len(m.groups) > 0 || len(m.specs) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // stop ends the loop: every operation still waiting on this rank fails with err.
