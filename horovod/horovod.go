@@ -104,8 +104,9 @@ func openLauncherBackend() (backend.Backend, error) {
 	}
 	if t := comm.Topology(); t.Size != l.size || t.Rank != l.rank {
 		comm.Close()
-		return nil, fmt.Errorf("horovod: %s says rank %d of %d but MPI says rank %d of %d: is this MPI built for %s?",
-			l.name, l.rank, l.size, t.Rank, t.Size, l.name)
+		return nil, fmt.Errorf("horovod: the %s variables say rank %d of %d but MPI sees rank %d of %d: "+
+			"start the processes with mpirun, or with srun and an MPI built with Slurm's PMI support",
+			l.name, l.rank, l.size, t.Rank, t.Size)
 	}
 	return comm, nil
 }
