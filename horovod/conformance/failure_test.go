@@ -95,3 +95,24 @@ func TestFrozenRankTripsTheWatchdog(t *testing.T) {
 	out := runFailingJob(t, "freeze", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3")
 	expectOutput(t, out, "aborting the job", "has not completed in", fmt.Sprint("a rank has probably died or hung"))
 }
+
+// A process that Slurm's variables place in a job of 2 but whose MPI starts it alone (srun
+// without PMI support, or a batch script calling the binary directly) must refuse to run rather
+// than train a model of its own.
+func TestLauncherAndMPIMustAgree(t *testing.T) {
+	if underMPI() {
+		t.Skip("runs its own process")
+	}
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("OpenMPI not installed (make setup installs it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "SLURM_PROCID=1", "SLURM_NTASKS=2")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil || err == nil {
+		t.Fatalf("want a prompt failure, got %v:\n%s", err, out)
+	}
+	expectOutput(t, string(out), "the srun variables say rank 1 of 2 but MPI sees rank 0 of 1")
+}
