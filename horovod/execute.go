@@ -3,7 +3,6 @@ package horovod
 import (
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 )
@@ -239,19 +238,20 @@ func given(ops []operand) bool {
 	return true
 }
 
-// span returns the memory of every operand's part as one slice when the parts are adjacent, in
-// order, in memory; nil otherwise.
+// span returns every operand's part as one slice when the parts lie back to back, in order,
+// within the capacity of the first (so within one allocation: slices of one flat buffer); nil
+// otherwise.
 func span(ops []operand, part func(operand) []byte) []byte {
-	base := unsafe.Pointer(unsafe.SliceData(part(ops[0])))
+	first := part(ops[0])
 	n := 0
 	for _, o := range ops {
 		p := part(o)
-		if len(p) == 0 || unsafe.Pointer(unsafe.SliceData(p)) != unsafe.Add(base, n) {
+		if len(p) == 0 || cap(first) < n+len(p) || &first[:n+1][n] != &p[0] {
 			return nil
 		}
 		n += len(p)
 	}
-	return unsafe.Slice((*byte)(base), n)
+	return first[:n]
 }
 
 func (c *controller) allgather(r *response) error {

@@ -168,14 +168,14 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 		if r.opts.InPlace {
 			outs[i] = g.Data
 		} else {
-			outs[i] = r.outArena[outOff : outOff+len(g.Data) : outOff+len(g.Data)]
+			outs[i] = r.outArena[outOff : outOff+len(g.Data)] // capacity runs on: fusion sees one span
 			outOff += len(g.Data)
 		}
 		wire, output := g.Tensor, outs[i]
 		op := AllreduceOptions{Op: r.opts.Op, Prescale: pre, Postscale: post}
 		if r.opts.Compression.compresses(g.DType) {
 			n := 2 * g.NumElements()
-			output = r.wireArena[wireOff : wireOff+n : wireOff+n] // reduced in place, then widened
+			output = r.wireArena[wireOff : wireOff+n] // reduced in place, then widened
 			wireOff += n
 			compress(output, g.Data, g.DType)
 			wire = Tensor{DType: Float16, Shape: g.Shape, Data: output}

@@ -96,8 +96,11 @@ func NewTensor[T Element](shape []int, values []T) (Tensor, error) {
 		shape = []int{len(values)}
 	}
 	var data []byte
-	if len(values) > 0 {
-		data = unsafe.Slice((*byte)(unsafe.Pointer(&values[0])), len(values)*int(unsafe.Sizeof(values[0])))
+	if cap(values) > 0 {
+		// The byte view keeps values' capacity, so that tensors sliced from one flat buffer are
+		// seen to lie back to back and fuse in place.
+		size := int(unsafe.Sizeof(values[:1][0]))
+		data = unsafe.Slice((*byte)(unsafe.Pointer(&values[:1][0])), cap(values)*size)[:len(values)*size]
 	}
 	t := Tensor{DType: DTypeOf[T](), Shape: append([]int(nil), shape...), Data: data}
 	if err := t.check(); err != nil {
