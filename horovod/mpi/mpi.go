@@ -110,7 +110,8 @@ func (c *Comm) serve(ready chan<- error) {
 // Do runs f on the MPI thread and waits for it. It is the way for code with MPI calls of its own
 // (a cgo benchmark reference, a test's raw MPI cross-check) to respect the thread model. While
 // horovod's background loop drives this Comm, f must not make collective calls: they would
-// interleave with horovod's on the other ranks.
+// interleave with horovod's on the other ranks. While Serve runs, Do runs f in place: only the
+// served loop may call it then.
 func (c *Comm) Do(f func()) error {
 	if c.serving.Load() {
 		f()
