@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -93,7 +92,7 @@ func TestStalledRankIsReportedThenAborts(t *testing.T) {
 
 func TestFrozenRankTripsTheWatchdog(t *testing.T) {
 	out := runFailingJob(t, "freeze", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3")
-	expectOutput(t, out, "aborting the job", "has not completed in", fmt.Sprint("a rank has probably died or hung"))
+	expectOutput(t, out, "aborting the job", "has not completed in", "a rank has probably died or hung")
 }
 
 // A process that Slurm's variables place in a job of 2 but whose MPI starts it alone (srun
