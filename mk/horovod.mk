@@ -1,7 +1,8 @@
 # horovod: the MPI conformance suite and the collective/fp16 benchmarks.
 #
 #   make test-mpi       the horovod/mpi backend tests and the conformance suite under mpirun -np 2
-#                       and -np 3 (oversubscribed), the -np 2 run also writing and checking a timeline
+#                       and -np 3 (oversubscribed), the -np 2 run also writing and checking a timeline,
+#                       and once more with a 4 KiB fusion threshold and a 3-entry negotiation cache
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
 #                       conversion vs memcpy and vs github.com/x448/float16
 #
@@ -25,6 +26,8 @@ test-mpi: debs
 	rm -f $(HVD_BUILD)/timeline.json
 	HOROVOD_TIMELINE=$(HVD_BUILD)/timeline.json $(HVD_MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
+	# Small fusion buffers and a nearly full negotiation cache: batches split, signatures renegotiated.
+	HOROVOD_FUSION_THRESHOLD=4096 HOROVOD_CACHE_CAPACITY=3 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
 
 bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)
