@@ -48,7 +48,7 @@ def main():
     p.add_argument("--data_dir", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--batch_size", type=int, default=8, help="per rank")
-    p.add_argument("--steps", type=int, default=6, help="timed steps after the first")
+    p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     a = p.parse_args()
     work = pathlib.Path(a.work)
     one = finetune(a, 1, work / "one")
