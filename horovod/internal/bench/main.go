@@ -5,8 +5,8 @@
 // allreduce of 64 MiB float32 through the Reducer against raw MPI_Allreduce of a buffer of the
 // same size (timed in a C loop while no horovod instance runs on the communicator), 4 KiB latency
 // against raw MPI, and, on rank 0 at the end, fp16 conversion per core against copying the same
-// fp32 bytes and against github.com/x448/float16. Raw MPI and horovod are measured in alternating
-// rounds so that both see the same machine load. Ratios are reference time / horovod time: 1 is
+// fp32 bytes and against github.com/x448/float16. Each row's raw MPI and horovod figures are taken
+// back to back, in several rounds, so that both see the same machine load. Ratios are reference time / horovod time: 1 is
 // parity, above 1 horovod is faster.
 package main
 
@@ -29,7 +29,7 @@ import (
 )
 
 var (
-	rounds     = flag.Int("rounds", 3, "rounds of raw MPI then horovod measurements; the best round counts")
+	rounds     = flag.Int("rounds", 5, "rounds of every measurement, raw MPI then horovod; the best round counts")
 	batches    = flag.Int("batches", 3, "timed batches of each measurement per round; the best batch counts")
 	bigIters   = flag.Int("big-iters", 3, "allreduces of the 64 MiB buffer per batch")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
@@ -41,11 +41,13 @@ type keepOpen struct{ *mpi.Comm }
 
 func (keepOpen) Close() error { return nil }
 
-// measurement names one figure; every round measures each, and the best round counts.
+// measurement is one row: a horovod figure and the raw MPI figure it is compared with.
 type measurement struct {
 	what, target string
-	ref          *float64 // the raw MPI figure it is compared with
-	time         func(*horovod.Horovod) float64
+	rawSize      int  // raw MPI_Allreduce sums a float32 buffer of this many bytes
+	rawInPlace   bool // with MPI_IN_PLACE, as horovod's row does (OpenMPI allocates a temporary then)
+	rawIters     int
+	ours         func(*horovod.Horovod) float64
 }
 
 func main() {
@@ -56,16 +58,16 @@ func main() {
 		log.Fatal(err)
 	}
 	const big, small = 64 << 20, 4 << 10
-	bigBuf, smallBuf := make([]byte, big), make([]byte, small)
 	one := func(n int) []horovod.NamedTensor {
 		return []horovod.NamedTensor{{Name: "g", Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{n / 4}, Data: make([]byte, n)}}}
 	}
 	// 64 gradients of 1 MiB: sliced from one flat buffer (fused in place), and allocated one by
 	// one (copied into the fusion buffer).
+	flatBuf := make([]byte, big)
 	flat, scattered := make([]horovod.NamedTensor, 64), make([]horovod.NamedTensor, 64)
 	for i := range flat {
 		name := fmt.Sprintf("g%02d", i)
-		flat[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: bigBuf[i*big/64 : (i+1)*big/64]}}
+		flat[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: flatBuf[i*big/64 : (i+1)*big/64]}}
 		scattered[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: make([]byte, big/64)}}
 	}
 	bigOne, smallOne := one(big), one(small)
@@ -73,44 +75,44 @@ func main() {
 		return func(h *horovod.Horovod) float64 { return timeReducer(h, opts, grads, *iters) }
 	}
 	sum := horovod.ReducerOptions{Op: horovod.Sum}
-	var rawBig, rawSmall float64
+	inPlace := horovod.ReducerOptions{Op: horovod.Sum, InPlace: true}
 	ms := []measurement{
-		{"allreduce 64 MiB float32 sum, one tensor", "  (target >= 0.95)", &rawBig, reducer(sum, bigOne, bigIters)},
-		{"  64 x 1 MiB from one flat buffer, fused", "", &rawBig, reducer(sum, flat, bigIters)},
-		{"  64 x 1 MiB from one flat buffer, fused, InPlace", "  (target >= 0.95)", &rawBig, reducer(horovod.ReducerOptions{Op: horovod.Sum, InPlace: true}, flat, bigIters)},
-		{"  64 x 1 MiB allocated apart, copied into the fusion buffer", "", &rawBig, reducer(sum, scattered, bigIters)},
-		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", &rawBig, reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters)},
-		{"  64 x 1 MiB flat, average with fp16 compression", "", &rawBig, reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters)},
-		{"allreduce 4 KiB float32 sum (latency)", "", &rawSmall, reducer(sum, smallOne, smallIters)},
+		{"allreduce 64 MiB float32 sum, one tensor, out of place", "", big, false, *bigIters, reducer(sum, bigOne, bigIters)},
+		{"  64 x 1 MiB from one flat buffer, fused, out of place", "  (target >= 0.95)", big, false, *bigIters, reducer(sum, flat, bigIters)},
+		{"  64 x 1 MiB from one flat buffer, fused, InPlace", "  (target >= 0.95)", big, true, *bigIters, reducer(inPlace, flat, bigIters)},
+		{"  64 x 1 MiB allocated apart, via the fusion buffer (in place)", "", big, true, *bigIters, reducer(sum, scattered, bigIters)},
+		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", big, true, *bigIters, reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters)},
+		{"  64 x 1 MiB flat, average, fp16 compression (in place)", "", big, true, *bigIters, reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters)},
+		{"allreduce 4 KiB float32 sum (latency), out of place", "", small, false, *smallIters, reducer(sum, smallOne, smallIters)},
 	}
-	best := make([]float64, len(ms))
-	rawBig, rawSmall = math.Inf(1), math.Inf(1)
+	raw, ours := make([]float64, len(ms)), make([]float64, len(ms))
+	for i := range ms {
+		raw[i], ours[i] = math.Inf(1), math.Inf(1)
+	}
 	var rank, size int
-	// Rounds alternate raw MPI (horovod stopped) and horovod, so that both see the same load.
+	// Each row's raw MPI and horovod figures are taken back to back, round after round, so that
+	// both see the same machine load; horovod is stopped while raw MPI runs.
 	for range *rounds {
-		var b, s float64
-		comm.Do(func() {
-			if b, err = rawmpi.TimeAllreduce(bigBuf, backend.Float32, *batches, *bigIters); err == nil {
-				s, err = rawmpi.TimeAllreduce(smallBuf, backend.Float32, *batches, *smallIters)
-			}
-		})
-		if err != nil {
-			log.Fatal(err)
-		}
-		rawBig, rawSmall = min(rawBig, b), min(rawSmall, s)
-		hvd, err := horovod.Init(horovod.WithBackend(keepOpen{comm}))
-		if err != nil {
-			log.Fatal(err)
-		}
 		for i, m := range ms {
-			t := m.time(hvd)
-			if best[i] == 0 || t < best[i] {
-				best[i] = t
+			var t float64
+			send, recv := make([]byte, m.rawSize), make([]byte, m.rawSize)
+			if m.rawInPlace {
+				send = recv
 			}
-		}
-		rank, size = hvd.Rank(), hvd.Size()
-		if err := hvd.Shutdown(); err != nil {
-			log.Fatal(err)
+			comm.Do(func() { t, err = rawmpi.TimeAllreduce(send, recv, backend.Float32, *batches, m.rawIters) })
+			if err != nil {
+				log.Fatal(err)
+			}
+			raw[i] = min(raw[i], t)
+			hvd, err := horovod.Init(horovod.WithBackend(keepOpen{comm}))
+			if err != nil {
+				log.Fatal(err)
+			}
+			ours[i] = min(ours[i], m.ours(hvd))
+			rank, size = hvd.Rank(), hvd.Size()
+			if err := hvd.Shutdown(); err != nil {
+				log.Fatal(err)
+			}
 		}
 	}
 	if err := comm.Close(); err != nil {
@@ -121,7 +123,7 @@ func main() {
 	}
 	fmt.Printf("horovod bench: %d ranks, mpi backend; time per call: best of %d rounds x %d batches, slowest rank\n", size, *rounds, *batches)
 	for i, m := range ms {
-		fmt.Printf("  %-60s raw MPI %9s  horovod %9s  ratio %.2f%s\n", m.what, dur(*m.ref), dur(best[i]), *m.ref/best[i], m.target)
+		fmt.Printf("  %-60s raw MPI %9s  horovod %9s  ratio %.2f%s\n", m.what, dur(raw[i]), dur(ours[i]), raw[i]/ours[i], m.target)
 	}
 	conversionRates()
 }

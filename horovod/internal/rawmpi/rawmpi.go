@@ -33,16 +33,17 @@ static int raw_allreduce(const void *send, void *recv, int count, int dtype, int
 	return MPI_Allreduce(send, recv, count, raw_type(dtype), raw_op(op), MPI_COMM_WORLD);
 }
 
-// raw_time_allreduce runs batches of iters in-place sum allreduces of buf, each batch after a
-// barrier, and returns the slowest rank's best batch mean in seconds per call (the best batch
-// filters out interference from other load on the machine).
-static double raw_time_allreduce(void *buf, int count, int dtype, int batches, int iters) {
+// raw_time_allreduce runs batches of iters sum allreduces from send into recv (in place when
+// they are the same buffer), each batch after a barrier, and returns the slowest rank's best batch
+// mean in seconds per call (the best batch filters out interference from other load).
+static double raw_time_allreduce(void *send, void *recv, int count, int dtype, int batches, int iters) {
+	const void *src = send == recv ? MPI_IN_PLACE : send;
 	double best = 1e300;
 	for (int b = 0; b < batches; b++) {
 		MPI_Barrier(MPI_COMM_WORLD);
 		double t0 = MPI_Wtime();
 		for (int i = 0; i < iters; i++) {
-			MPI_Allreduce(MPI_IN_PLACE, buf, count, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+			MPI_Allreduce(src, recv, count, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
 		}
 		double t = (MPI_Wtime() - t0) / iters;
 		if (t < best) best = t;
@@ -79,12 +80,16 @@ func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	return nil
 }
 
-// TimeAllreduce is the seconds one in-place MPI_Allreduce sum of buf takes: the best of batches
-// batches of iters calls made back to back in C, each batch timed as a mean; the slowest rank's
-// figure, the same on every rank.
-func TimeAllreduce(buf []byte, dt backend.DType, batches, iters int) (float64, error) {
+// TimeAllreduce is the seconds one MPI_Allreduce sum from send into recv takes (MPI_IN_PLACE when
+// they are the same slice): the best of batches batches of iters calls made back to back in C,
+// each batch timed as a mean; the slowest rank's figure, the same on every rank.
+func TimeAllreduce(send, recv []byte, dt backend.DType, batches, iters int) (float64, error) {
 	if err := supported(dt); err != nil {
 		return 0, err
 	}
-	return float64(C.raw_time_allreduce(unsafe.Pointer(&buf[0]), C.int(len(buf)/dt.Size()), C.int(dt), C.int(batches), C.int(iters))), nil
+	if len(send) != len(recv) || len(send) == 0 {
+		return 0, fmt.Errorf("rawmpi: timing an allreduce of %d bytes into %d", len(send), len(recv))
+	}
+	return float64(C.raw_time_allreduce(unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()),
+		C.int(dt), C.int(batches), C.int(iters))), nil
 }
