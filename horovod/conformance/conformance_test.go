@@ -374,3 +374,33 @@ func TestJoin(t *testing.T) {
 		t.Errorf("last joined rank %d", last)
 	}
 }
+
+// Empty tensors are legal everywhere, alone and among others in a fusion batch.
+func TestEmptyTensors(t *testing.T) {
+	empty := tensor(backend.Float32, []int{0, 3}, nil)
+	got, err := hvd.Allreduce("empty/allreduce", empty, horovod.AllreduceOptions{})
+	if err != nil || len(got.Data) != 0 || !equalInts(got.Shape, []int{0, 3}) {
+		t.Fatalf("allreduce of an empty tensor: %v %v", got, err)
+	}
+	outs, err := hvd.GroupedAllreduce([]horovod.NamedTensor{
+		{Name: "empty/a", Tensor: empty},
+		{Name: "empty/b", Tensor: tensor(backend.Float32, []int{2}, []float64{1, 2})},
+	}, horovod.AllreduceOptions{Op: horovod.Sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := float64(hvd.Size())
+	expectValues(t, "empty/b", outs[1], backend.Float32, []int{2}, []float64{s, 2 * s})
+	rows := hvd.Rank() % 2 // some ranks gather nothing
+	in := make([]float64, rows*3)
+	gathered, err := hvd.Allgather("empty/gather", tensor(backend.Int32, []int{rows, 3}, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := hvd.Size() / 2; gathered.Shape[0] != want {
+		t.Errorf("gathered %v rows, want %d", gathered.Shape, want)
+	}
+	if _, err := hvd.Broadcast("empty/bcast", empty, 0); err != nil {
+		t.Fatal(err)
+	}
+}
