@@ -403,14 +403,22 @@ func (c *controller) process(msgs []*message) (responses []*response, stopBy, la
 		e := c.table[name]
 		ready := true
 		group, groupSize := "", 0
+		groupsDiffer := false // some rank grouped it, another did not: agree reports it
+		var first *spec
 		for r, s := range e.specs {
 			if s == nil {
 				ready = ready && c.joinedAt[r] >= 0
-			} else if s.group != "" {
+				continue
+			}
+			if first == nil {
+				first = s
+			}
+			groupsDiffer = groupsDiffer || s.group != first.group
+			if s.group != "" {
 				group, groupSize = s.group, s.groupSize
 			}
 		}
-		if group != "" {
+		if group != "" && !(ready && groupsDiffer) {
 			// A group moves as a whole: once every rank has submitted its members, either all of
 			// them are complete, or the ranks grouped different tensors and every member fails.
 			if !groupReady(group, groupSize) {
@@ -559,7 +567,12 @@ func (c *controller) agree(name string, e *entry) *response {
 			fail("reduce ops", func(s *spec) string { return s.op.String() }) ||
 			fail("prescale factors", func(s *spec) string { return strconv.FormatFloat(s.prescale, 'g', -1, 64) }) ||
 			fail("postscale factors", func(s *spec) string { return strconv.FormatFloat(s.postscale, 'g', -1, 64) }) ||
-			fail("groups", func(s *spec) string { return s.group })
+			fail("groups", func(s *spec) string {
+				if s.group == "" {
+					return "no group"
+				}
+				return s.group
+			})
 	case kindBroadcast:
 		if !fail("shapes", shapeKey) && !fail("root ranks", func(s *spec) string { return strconv.Itoa(s.root) }) {
 			if e.specs[ref.root] == nil {

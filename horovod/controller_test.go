@@ -238,6 +238,22 @@ func TestGroupsMustMatch(t *testing.T) {
 		}
 	}
 	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+
+	// One rank groups a tensor, the other reduces it alone: an error, not a wait.
+	onEveryRank(t, hs, func(h *Horovod) error {
+		x := mustTensor(t, nil, []float32{1})
+		if h.Rank() == 0 {
+			_, errs[0] = h.GroupedAllreduce([]NamedTensor{{"lonely", x}}, AllreduceOptions{})
+		} else {
+			_, errs[1] = h.Allreduce("lonely", x, AllreduceOptions{})
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), `"lonely": mismatched groups: group.2 on rank 0; no group on rank 1`) {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
 }
 
 func TestJoin(t *testing.T) {
