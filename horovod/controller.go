@@ -222,16 +222,16 @@ func (c *controller) loop() {
 		}
 		msgs, err := c.exchange(out)
 		if err != nil {
-			c.stop(fmt.Errorf("horovod: negotiation failed on rank %d: %w", c.rank, err))
+			c.fail(fmt.Errorf("horovod: negotiation failed on rank %d: %w", c.rank, err))
 			return
 		}
 		responses, stopBy, lastJoined, err := c.process(msgs)
 		if err != nil {
-			c.stop(fmt.Errorf("horovod: rank %d: %w", c.rank, err))
+			c.fail(fmt.Errorf("horovod: rank %d: %w", c.rank, err))
 			return
 		}
 		if err := c.execute(responses); err != nil {
-			c.stop(err)
+			c.fail(err)
 			return
 		}
 		if lastJoined >= 0 {
@@ -268,6 +268,14 @@ func idle(msgs []*message) bool {
 		}
 	}
 	return true
+}
+
+// fail ends the loop after a backend or protocol failure, and the job with it: the other ranks
+// cannot complete a collective without this one, and would otherwise wait forever.
+func (c *controller) fail(err error) {
+	c.h.log.Printf("%v: aborting the job, since the other ranks cannot go on without this one", err)
+	c.stop(err)
+	c.control.Abort(1)
 }
 
 // stop ends the loop: every operation still waiting on this rank fails with err.

@@ -687,3 +687,34 @@ func TestScaleFloat32RoundsOnce(t *testing.T) {
 		}
 	}
 }
+
+// A backend failure ends the job (the other ranks could not complete without this one), after a
+// message naming the rank, the operation and the cause.
+func TestBackendFailureAbortsTheJob(t *testing.T) {
+	g := newLoopback(2)
+	var logs [2]syncBuffer
+	for r := range 2 {
+		// Abandoned after the abort, like the ranks of TestStallShutdownAborts.
+		h, err := Init(WithBackend(loopRank{g, r}), WithLogOutput(&logs[r]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.failAllreduce.Store(true)
+		if _, err := h.AllreduceAsync("w", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		select {
+		case <-g.aborted:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no abort after a backend failure")
+		}
+	}
+	for r := range logs {
+		want := fmt.Sprintf(`horovod: rank %d: allreduce "w" on the loopback backend: link down: aborting the job`, r)
+		if got := logs[r].String(); !strings.Contains(got, want) {
+			t.Errorf("rank %d logged %q, want %q", r, got, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package horovod
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math"
 	"runtime"
 	"slices"
@@ -28,6 +29,8 @@ type loopback struct {
 	gen     int
 	calls   map[string]*atomic.Int64 // "allreduce" etc.: collectives issued by rank 0
 	aborted chan int
+
+	failAllreduce atomic.Bool // the next data allreduce fails on every rank
 
 	record   atomic.Bool
 	gathered atomic.Int64 // negotiation message bytes rank 0 sent while record is set
@@ -80,6 +83,9 @@ func (l loopRank) Topology() backend.Topology {
 }
 
 func (l loopRank) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	if l.g.failAllreduce.Load() {
+		return errors.New("link down")
+	}
 	all := l.gather("allreduce", send)
 	acc := make([]float64, len(send)/dt.Size())
 	for r, b := range all {
