@@ -15,8 +15,9 @@ FINETUNE_BIN := $(ROOT)/bin/finetune
 # The default task's output directory (cmd/finetune/config.go: defaultTask).
 FINETUNE_OUT := $(CACHE)/finetune/imdb-minilm
 # Ctrl-C on mpirun reaches the ranks as SIGTERM after this many seconds and SIGKILL after as many
-# again: time for the step in flight and rank 0's checkpoint.
-FINETUNE_MPIRUN := $(MPIRUN) --mca odls_base_sigkill_timeout 10
+# again: time for the step in flight and rank 0's checkpoint. A rank waiting in MPI yields its
+# core (mpi_yield_when_idle): with one rank per core, the peer's TensorFlow threads need it.
+FINETUNE_MPIRUN := $(MPIRUN) --mca odls_base_sigkill_timeout 10 --mca mpi_yield_when_idle 1
 
 .PHONY: run finetune-bin bench-finetune
 finetune-bin: setup
@@ -30,5 +31,5 @@ run: setup data finetune-bin
 
 BENCH_TARGETS += bench-finetune
 bench-finetune: setup data finetune-bin
-	cd $(ROOT) && $(PY) scripts/bench_finetune.py --finetune $(FINETUNE_BIN) --mpirun "$(MPIRUN)" \
+	cd $(ROOT) && $(PY) scripts/bench_finetune.py --finetune $(FINETUNE_BIN) --mpirun "$(FINETUNE_MPIRUN)" \
 	  --saved_model $(CACHE)/model/imdb_minilm --data_dir $(CACHE)/data/imdb --work $(CACHE)/bench-finetune

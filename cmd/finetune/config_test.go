@@ -56,6 +56,7 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_predict", "--max_seq_length=2"}, "--max_seq_length 2"},
 		{[]string{"--do_train", "--keep_checkpoint_max=-1"}, "--keep_checkpoint_max -1"},
 		{[]string{"--do_train", "--labels=a,,b"}, "empty label name"},
+		{[]string{"--do_train", "--allreduce_backend=gloo"}, `--allreduce_backend "gloo"`},
 		{[]string{"--do_train", "--do_lower_case=false", "--init_checkpoint=/m/uncased_L-12_H-768_A-12/bert_model.ckpt"},
 			"uncased model uncased_L-12_H-768_A-12"},
 	} {

@@ -324,6 +324,7 @@ func TestBadSetupsFailBeforeTraining(t *testing.T) {
 		{"sequence other than exported", []string{"--max_seq_length=16"}, 1, "was exported for 32"},
 		{"unwritable output", []string{"--output_dir=" + filepath.Join(notDir, "out")}, 1, "--output_dir: mkdir"},
 		{"labels of another task", []string{"--labels=a,b,c"}, 1, "names 3 labels, but --saved_model"},
+		{"NCCL without CUDA", []string{"--allreduce_backend=nccl"}, 1, "libcudart"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append(tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train"), c.flags...)

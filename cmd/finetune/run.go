@@ -17,6 +17,8 @@ import (
 	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/horovod/ncclbackend"
+	"github.com/gorovod/gorovod/nccl"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -52,7 +54,7 @@ func run(args []string) int {
 	}
 	stop := newStopper()
 	defer stop.close()
-	hvd, err := horovod.Init()
+	hvd, err := horovod.Init(allreduceOptions(cfg.AllreduceBackend)...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "finetune: %v\n", err)
 		return 1
@@ -72,6 +74,37 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// allreduceOptions selects horovod's data backend. Negotiation stays on MPI either way; with
+// NCCL, the gradients are staged to each rank's GPU and reduced there. auto picks NCCL when the
+// CUDA runtime loads and sees a device and the launcher started more than one process; every
+// rank of a job decides alike on alike machines (NCCL's own setup then checks that all ranks
+// succeeded).
+func allreduceOptions(choice string) []horovod.Option {
+	useNCCL := choice == "nccl"
+	if choice == "auto" && launchedRanks() > 1 {
+		if rt, err := nccl.LoadRuntime(nccl.Options{}); err == nil {
+			n, err := rt.DeviceCount()
+			useNCCL = err == nil && n > 0
+		}
+	}
+	if !useNCCL {
+		return nil
+	}
+	return []horovod.Option{horovod.WithDataBackend(ncclbackend.Opener(ncclbackend.Config{
+		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "finetune: "+format+"\n", args...) },
+	}))}
+}
+
+// launchedRanks is the job size the launcher announces (OpenMPI's or Slurm's), 1 without one.
+func launchedRanks() int {
+	for _, v := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil {
+			return n
+		}
+	}
+	return 1
 }
 
 func (j *job) run() error {
