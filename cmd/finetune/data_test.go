@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+)
+
+// A rank's train.tf_record holds its lines (i % size == rank) of the first max_train_examples,
+// and is reused only while everything it depends on stays the same.
+func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
+	dir := t.TempDir()
+	vocab := filepath.Join(dir, "vocab.txt")
+	writeVocab(t, vocab, 50)
+	train := filepath.Join(dir, "train.tsv")
+	lines := "0\tw5 w6\n1\tw7\n0\tw8 w9 w10\n1\tw11\n0\tw12\n1\tw13 w14\n0\tw15\n1\tw16\n0\tw17\n1\tw18\n"
+	os.WriteFile(train, []byte(lines), 0o644)
+	tok, err := tokenizer.Load(vocab, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, _ := features.NewLabels([]string{"0", "1"})
+	conv, err := features.NewConverter(tok, 8, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &inputs{train: train, vocabPath: vocab, rankDir: filepath.Join(dir, "out")}
+	os.MkdirAll(in.rankDir, 0o755)
+	c := &Config{MaxSeqLength: 8, DoLowerCase: true}
+
+	check := func(wantReused bool, wantExamples int) string {
+		t.Helper()
+		path, cache, reused, err := trainFeatures(c, in, conv, 1, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reused != wantReused || cache.Examples != wantExamples {
+			t.Fatalf("reused=%v examples=%d, want %v %d", reused, cache.Examples, wantReused, wantExamples)
+		}
+		return path
+	}
+	path := check(false, 5) // rank 1 of 2: lines 1, 3, 5, 7, 9
+	check(true, 5)
+
+	// The records are rank 1's lines in order: "1 w7" first.
+	f, _ := os.Open(path)
+	defer f.Close()
+	rec, err := tfrecord.NewReader(f, path).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	feat, err := tfrecord.DecodeFeatures(rec, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, _ := tok.Vocab().ID("[CLS]")
+	sep, _ := tok.Vocab().ID("[SEP]")
+	w7, _ := tok.Vocab().ID("w7")
+	if feat.LabelID != 1 || feat.InputIDs[0] != cls || feat.InputIDs[1] != w7 || feat.InputIDs[2] != sep || feat.InputMask[3] != 0 {
+		t.Fatalf("first record %+v", feat)
+	}
+
+	c.MaxTrainExamples = 6 // lines 0..5: rank 1 keeps 1, 3, 5
+	check(false, 3)
+	check(true, 3)
+	os.WriteFile(train, []byte(lines+"0\tw19\n1\tw20\n"), 0o644) // the file changed
+	check(false, 3)
+	c.MaxSeqLength = 16
+	conv16, _ := features.NewConverter(tok, 16, labels)
+	conv = conv16
+	check(false, 3)
+	// A conversion killed before its key was written is not reused.
+	os.Remove(path + ".key.json")
+	check(false, 3)
+}
