@@ -61,7 +61,7 @@ def main():
     p.add_argument("--saved_model", required=True)
     p.add_argument("--data_dir", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("--batch_size", type=int, default=8, help="per rank")
+    p.add_argument("--batch_size", type=int, default=16, help="per rank (the default task's)")
     p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()

@@ -159,8 +159,11 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 	if err != nil {
 		return step, err
 	}
-	grads, avg := j.model.NewFlatTensors(), j.model.NewFlatTensors()
+	grads := j.model.NewFlatTensors()
 	named := j.named(grads)
+	// The averages are handed to Apply where the reducer left them, without a copy: Apply
+	// reads each variable's part (valid until the next Reduce), not the contiguous buffer.
+	avg := &bertgraph.FlatTensors{Parts: make([][]float32, len(named))}
 
 	var ev *events.Writer
 	if j.rank == 0 {
@@ -207,11 +210,9 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 			return step, err
 		}
 		for i, r := range reduced {
-			v, err := horovod.Values[float32](r.Tensor)
-			if err != nil {
+			if avg.Parts[i], err = horovod.Values[float32](r.Tensor); err != nil {
 				return step, err
 			}
-			copy(avg.Parts[i], v)
 		}
 		sum, err := statsH.Wait()
 		if err != nil {
