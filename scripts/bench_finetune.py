@@ -4,7 +4,8 @@ MultiWorkerMirroredStrategy, measured side by side in one run (make bench-finetu
 1. finetune on 1 rank x 1 intra-op thread, batch B, on the first N training lines;
 2. finetune on 2 ranks x 1 thread each, batch B per rank, on the same N lines;
 3. scripts/bench_mwms.py: 2 MultiWorkerMirroredStrategy workers x 1 thread, batch B per worker,
-   reading the very train.tf_record shards that run 2 wrote for its ranks.
+   reading the very train.tf_record shards that run 2 wrote for its ranks;
+4. as 2, with --use_fp16 (gradients on the wire as float16), for the record.
 
 Each rate is examples/s over all ranks after the first step (finetune's summary line; the MWMS
 script skips its warmup step the same way). The three runs are repeated --repeats times,
@@ -26,14 +27,14 @@ import sys
 STEADY = re.compile(r"trained steps \d+\.\.\d+ in \S+: [\d.]+ examples/sec over all ranks \(([\d.]+) after the first step\)")
 
 
-def finetune(a, ranks, out):
+def finetune(a, ranks, out, *extra):
     shutil.rmtree(out, ignore_errors=True)
     steps = a.steps + 1
     cmd = shlex.split(a.mpirun) + ["-np", str(ranks), a.finetune,
         "--do_train", f"--saved_model={a.saved_model}", f"--data_dir={a.data_dir}", f"--output_dir={out}",
         f"--train_batch_size={a.batch_size}", f"--max_train_examples={steps * a.batch_size * 2}",
         f"--num_train_epochs={1 / (2 / ranks)}", "--threads=1", "--inter_op_threads=1",
-        "--save_checkpoints_steps=0", "--export_dir=none", f"--log_step_count_steps={steps}"]
+        "--save_checkpoints_steps=0", "--export_dir=none", f"--log_step_count_steps={steps}", *extra]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     m = STEADY.search(p.stderr + p.stdout)
@@ -66,18 +67,20 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     work = pathlib.Path(a.work)
-    rates = {"one": [], "two": [], "mwms": []}
+    rates = {"one": [], "two": [], "mwms": [], "two_fp16": []}
     for _ in range(a.repeats):
         rates["one"].append(finetune(a, 1, work / "one"))
         rates["two"].append(finetune(a, 2, work / "two"))
         rates["mwms"].append(mwms(a, work))
+        rates["two_fp16"].append(finetune(a, 2, work / "two-fp16", "--use_fp16"))
     print(f"rates of the {a.repeats} interleaved runs: " + json.dumps({k: [round(r, 2) for r in v] for k, v in rates.items()}))
-    one, two, tf_rate = max(rates["one"]), max(rates["two"]), max(rates["mwms"])
+    one, two, tf_rate, fp16 = (max(rates[k]) for k in ("one", "two", "mwms", "two_fp16"))
     print(f"finetune MiniLM seq {json.load(open(pathlib.Path(a.saved_model) / 'assets.extra/gorovod_contract.json'))['max_seq_length']}, "
           f"batch {a.batch_size} per rank, 1 intra-op thread per rank, {a.steps} timed steps:")
     print(f"best of {a.repeats}:")
     print(f"  gorovod 1 rank : {one:8.2f} examples/s")
     print(f"  gorovod 2 ranks: {two:8.2f} examples/s   scaling efficiency {two / (2 * one):.2f} (target >= 0.9)")
+    print(f"  gorovod 2 ranks, --use_fp16: {fp16:6.2f} examples/s   scaling efficiency {fp16 / (2 * one):.2f}")
     print(f"  TF MWMS 2 workers: {tf_rate:6.2f} examples/s   gorovod / MWMS = {two / tf_rate:.2f}x (target >= 1.0)")
 
 
