@@ -61,6 +61,9 @@ func run(args []string) int {
 	}
 	j := &job{cfg: cfg, hvd: hvd, rank: hvd.Rank(), size: hvd.Size(), stop: stop, console: newConsole(hvd.Rank())}
 	err = j.run()
+	if err != nil && len(args) == 0 && j.in == nil {
+		err = fmt.Errorf("%w\n(the default task runs at the repository root after `make setup data`)", err)
+	}
 	if serr := hvd.Shutdown(); serr != nil && err == nil && !errors.Is(serr, horovod.ErrShutdown) {
 		err = serr
 	}
@@ -205,9 +208,9 @@ func (j *job) prepare() error {
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(in.vocabPath, c.DoLowerCase)
+	tok, err := tokenizer.New(in.vocab, tokenizer.Options{DoLowerCase: c.DoLowerCase})
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", in.vocabPath, err)
 	}
 	if j.conv, err = features.NewConverter(tok, c.MaxSeqLength, labels); err != nil {
 		return err
