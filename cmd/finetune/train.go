@@ -155,15 +155,14 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 	if c.UseFP16 {
 		compression = horovod.FP16Compression
 	}
-	reducer, err := j.hvd.NewReducer(horovod.ReducerOptions{Compression: compression})
+	// In place: the averages overwrite the gradients in their one contiguous buffer, which the
+	// backend reduces with a single call and Apply then reads; no copy of 90 MB per step.
+	reducer, err := j.hvd.NewReducer(horovod.ReducerOptions{Compression: compression, InPlace: true})
 	if err != nil {
 		return step, err
 	}
 	grads := j.model.NewFlatTensors()
 	named := j.named(grads)
-	// The averages are handed to Apply where the reducer left them, without a copy: Apply
-	// reads each variable's part (valid until the next Reduce), not the contiguous buffer.
-	avg := &bertgraph.FlatTensors{Parts: make([][]float32, len(named))}
 
 	var ev *events.Writer
 	if j.rank == 0 {
@@ -205,14 +204,8 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 		if err != nil {
 			return step, err
 		}
-		reduced, _, err := reducer.Reduce(named)
-		if err != nil {
+		if _, _, err := reducer.Reduce(named); err != nil {
 			return step, err
-		}
-		for i, r := range reduced {
-			if avg.Parts[i], err = horovod.Values[float32](r.Tensor); err != nil {
-				return step, err
-			}
 		}
 		sum, err := statsH.Wait()
 		if err != nil {
@@ -223,7 +216,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 			return step, err
 		}
 		lr := sched.LearningRate(step)
-		res, err := j.model.Apply(avg, float32(lr), float32(c.ClipNorm))
+		res, err := j.model.Apply(grads, float32(lr), float32(c.ClipNorm))
 		if err != nil {
 			return step, err
 		}
