@@ -161,7 +161,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.UseFP16, "use_fp16", c.UseFP16, "Compress the gradients to float16 for the allreduce (Horovod's Compression.fp16).")
 	fs.BoolVar(&c.UseXLA, "use_xla", c.UseXLA, "Compile the graphs with XLA (global_jit_level ON_1).")
 	// gorovod
-	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (the GPU of each rank's local rank), or auto (nccl when the machine has a CUDA GPU and the job more than one rank).")
+	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (the GPU of each rank's local rank), or auto (nccl when the job has more than one rank and every rank has a GPU and NCCL, else mpi).")
 	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
 	fs.StringVar(&c.ExportDir, "export_dir", c.ExportDir, "Where rank 0 exports the serving SavedModel of the final weights (default output_dir/export; \"none\" skips).")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")

@@ -18,7 +18,6 @@ import (
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/ncclbackend"
-	"github.com/gorovod/gorovod/nccl"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -80,24 +79,20 @@ func run(args []string) int {
 }
 
 // allreduceOptions selects horovod's data backend. Negotiation stays on MPI either way; with
-// NCCL, the gradients are staged to each rank's GPU and reduced there. auto picks NCCL when the
-// CUDA runtime loads and sees a device and the launcher started more than one process; every
-// rank of a job decides alike on alike machines (NCCL's own setup then checks that all ranks
-// succeeded).
+// NCCL, the gradients are staged to each rank's GPU and reduced there. auto, in a job of more
+// than one rank, uses NCCL when every rank can (the ranks decide together, so machines that
+// differ cannot split the job between two backends) and MPI otherwise.
 func allreduceOptions(choice string) []horovod.Option {
-	useNCCL := choice == "nccl"
-	if choice == "auto" && launchedRanks() > 1 {
-		if rt, err := nccl.LoadRuntime(nccl.Options{}); err == nil {
-			n, err := rt.DeviceCount()
-			useNCCL = err == nil && n > 0
-		}
-	}
-	if !useNCCL {
-		return nil
-	}
-	return []horovod.Option{horovod.WithDataBackend(ncclbackend.Opener(ncclbackend.Config{
+	cfg := ncclbackend.Config{
 		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "finetune: "+format+"\n", args...) },
-	}))}
+	}
+	switch {
+	case choice == "nccl":
+		return []horovod.Option{horovod.WithDataBackend(ncclbackend.Opener(cfg))}
+	case choice == "auto" && launchedRanks() > 1:
+		return []horovod.Option{horovod.WithDataBackend(ncclbackend.AutoOpener(cfg))}
+	}
+	return nil
 }
 
 // launchedRanks is the job size the launcher announces (OpenMPI's or Slurm's), 1 without one.

@@ -150,4 +150,11 @@ func TestSetupAgreementUnderMpirun(t *testing.T) {
 	default:
 		t.Fatalf("rank %d: the job has two ranks", rank)
 	}
+
+	// AutoOpener on the same job: rank 1 cannot use NCCL, so every rank keeps the control
+	// backend (rank 0, which could open NCCL alone, must not).
+	data, err := AutoOpener(Config{Logf: t.Logf})(ctl)
+	if err != nil || data != backend.Backend(ctl) {
+		t.Errorf("rank %d: AutoOpener = %v, %v; want the control backend", ctl.Topology().Rank, data, err)
+	}
 }

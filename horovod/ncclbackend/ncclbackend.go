@@ -104,8 +104,49 @@ func (b *Backend) prepare(cfg Config) (nccl.UniqueID, error) {
 	return b.lib.GetUniqueID()
 }
 
-// agree tells every rank which ranks failed their local setup.
-func agree(control backend.Backend, topo backend.Topology, localErr error) error {
+// AutoOpener opens NCCL when every rank of the job can (CUDA runtime, a GPU for its local rank,
+// NCCL) and otherwise keeps the collectives on the control backend. The ranks decide together:
+// a job spread over machines that differ must not split between two backends, where each half
+// would wait for the other.
+func AutoOpener(cfg Config) backend.Opener {
+	return func(control backend.Backend) (backend.Backend, error) {
+		if cfg.Logf == nil {
+			cfg.Logf = log.Printf
+		}
+		topo := control.Topology()
+		localErr := usable(cfg.Libraries, topo)
+		failed, err := failedRanks(control, topo, localErr)
+		if err != nil {
+			return nil, err
+		}
+		if len(failed) > 0 {
+			if topo.Rank == 0 {
+				cfg.Logf("ncclbackend: collectives stay on %s: ranks %v cannot use NCCL", control.Name(), failed)
+			}
+			if localErr != nil {
+				cfg.Logf("ncclbackend: rank %d: %v", topo.Rank, localErr)
+			}
+			return control, nil
+		}
+		return Open(control, cfg)
+	}
+}
+
+// usable says whether this rank could open NCCL, without creating anything.
+func usable(libs nccl.Options, topo backend.Topology) error {
+	rt, err := nccl.LoadRuntime(libs)
+	if err != nil {
+		return err
+	}
+	if _, err := nccl.Place(rt, topo.LocalRank, topo.LocalSize); err != nil {
+		return err
+	}
+	_, err = nccl.Load(rt, libs)
+	return err
+}
+
+// failedRanks tells every rank which ranks failed their local setup.
+func failedRanks(control backend.Backend, topo backend.Topology, localErr error) ([]int, error) {
 	status := []byte{0}
 	if localErr != nil {
 		status[0] = 1
@@ -113,13 +154,22 @@ func agree(control backend.Backend, topo backend.Topology, localErr error) error
 	all := make([]byte, topo.Size)
 	counts := slices.Repeat([]int{1}, topo.Size)
 	if err := control.Allgatherv(status, all, counts); err != nil {
-		return errors.Join(fmt.Errorf("ncclbackend: agreeing on setup: %w", err), localErr)
+		return nil, errors.Join(fmt.Errorf("ncclbackend: agreeing on setup: %w", err), localErr)
 	}
 	var failed []int
 	for r, s := range all {
 		if s != 0 {
 			failed = append(failed, r)
 		}
+	}
+	return failed, nil
+}
+
+// agree tells every rank which ranks failed their local setup, as an error naming them.
+func agree(control backend.Backend, topo backend.Topology, localErr error) error {
+	failed, err := failedRanks(control, topo, localErr)
+	if err != nil {
+		return err
 	}
 	switch {
 	case len(failed) == 0:

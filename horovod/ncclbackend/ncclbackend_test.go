@@ -106,6 +106,25 @@ func TestOpenNoDeviceIsTyped(t *testing.T) {
 	}
 }
 
+func TestAutoOpenerChoosesNCCLOnlyWhereItCanOpen(t *testing.T) {
+	t.Setenv("GOROVOD_CUDART_LIBRARY", "/nonexistent/libcudart.so.12")
+	ctl := local.Backend{}
+	data, err := AutoOpener(Config{Logf: t.Logf})(ctl)
+	if err != nil || data != backend.Backend(ctl) {
+		t.Fatalf("without CUDA: AutoOpener = %v, %v; want the control backend", data, err)
+	}
+
+	setupFakeLibraries(t)
+	data, err = AutoOpener(Config{Logf: t.Logf})(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	if data.Name() != "nccl" {
+		t.Fatalf("with a GPU: AutoOpener chose %q, want nccl", data.Name())
+	}
+}
+
 // scripted is a control backend for agreement tests: rank Rank of Size, whose Allgatherv
 // returns the statuses of the other ranks as given.
 type scripted struct {
