@@ -300,6 +300,23 @@ func TestGLUEReader(t *testing.T) {
 	}
 }
 
+// drainStream reads every batch of s, then closes it.
+func drainStream(t *testing.T, s *Stream) []*Batch {
+	t.Helper()
+	defer s.Close()
+	var got []*Batch
+	for {
+		b, err := s.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b)
+	}
+}
+
 func TestStreamMatchesSequential(t *testing.T) {
 	c := newConv(t, 6)
 	var exs []InputExample
@@ -307,19 +324,7 @@ func TestStreamMatchesSequential(t *testing.T) {
 		exs = append(exs, InputExample{GUID: fmt.Sprint(i), TextA: strings.Repeat("a b c ", 3)[:2*(i%5)+1], Label: []string{"neg", "pos"}[i%2]})
 	}
 	for _, drop := range []bool{false, true} {
-		s := c.Stream(&SliceSource{Examples: exs}, StreamOptions{BatchSize: 10, Workers: 4, DropRemainder: drop})
-		var got []*Batch
-		for {
-			b, err := s.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, b)
-		}
-		s.Close()
+		got := drainStream(t, c.Stream(&SliceSource{Examples: exs}, StreamOptions{BatchSize: 10, Workers: 4, DropRemainder: drop}))
 		wantBatches := 101
 		if drop {
 			wantBatches = 100

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,19 +64,7 @@ func TestIMDBShardsConvertLikeHF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := conv.Stream(r, StreamOptions{BatchSize: 32, Workers: 4})
-		var batches []*Batch
-		for {
-			b, err := s.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			batches = append(batches, b)
-		}
-		s.Close()
+		batches := drainStream(t, conv.Stream(r, StreamOptions{BatchSize: 32, Workers: 4}))
 		c := r.Counts()
 		r.Close()
 		if c.Lines != lines || c.Skipped != 0 {
