@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,10 +54,11 @@ func rankPIDs(t *testing.T, mpirunPID int) map[int]int {
 
 // startUntilCheckpoint starts cmd and returns once output_dir's state file names a checkpoint
 // of at least step atLeast, with the ranks' process ids.
-func startUntilCheckpoint(t *testing.T, cmd *exec.Cmd, outputDir string, atLeast int64) (*strings.Builder, map[int]int) {
+func startUntilCheckpoint(t *testing.T, cmd *exec.Cmd, outputDir string, atLeast int64) (*lockedBuffer, map[int]int) {
 	t.Helper()
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &syncWriter{b: &out}, &syncWriter{b: &out}
+	out := &lockedBuffer{}
+	// One writer for both: os/exec copies stdout and stderr from two goroutines.
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func startUntilCheckpoint(t *testing.T, cmd *exec.Cmd, outputDir string, atLeast
 		if _, step, ok, _ := checkpoint.Latest(outputDir); ok && step >= atLeast {
 			pids := rankPIDs(t, cmd.Process.Pid)
 			if len(pids) == 2 {
-				return &out, pids
+				return out, pids
 			}
 		}
 	}
@@ -76,9 +78,24 @@ func startUntilCheckpoint(t *testing.T, cmd *exec.Cmd, outputDir string, atLeast
 	return nil, nil
 }
 
-type syncWriter struct{ b *strings.Builder }
+// lockedBuffer collects the output of a running command, written from os/exec's copying
+// goroutines and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
 
-func (w *syncWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
 
 func latestStep(t *testing.T, dir string) int64 {
 	t.Helper()
@@ -341,5 +358,24 @@ func TestBadSetupsFailBeforeTraining(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.output, "rank(s) 1 could not start") ||
 		!strings.Contains(r.output, "finetune[rank 1]: error: --output_dir") || strings.Contains(r.output, "Running training") {
 		t.Errorf("rank 1 without an output directory: exit %d\n%s", r.code, r.output)
+	}
+}
+
+// Both output streams of a command land whole in one lockedBuffer (run with -race, the
+// detector also checks that os/exec's two copying goroutines never write it at once).
+func TestLockedBufferTakesStdoutAndStderrTogether(t *testing.T) {
+	out := &lockedBuffer{}
+	cmd := exec.Command("sh", "-c", `i=0; while [ $i -lt 3000 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done`)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		seen[l] = true
+	}
+	if len(lines) != 6000 || len(seen) != 6000 || !seen["out 2999"] || !seen["err 2999"] {
+		t.Fatalf("%d lines (%d distinct) of 6000", len(lines), len(seen))
 	}
 }
