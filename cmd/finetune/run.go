@@ -214,6 +214,7 @@ func (j *job) prepare() error {
 		if j.ckpts, err = checkpoint.Open(in.rankDir, c.KeepCheckpointMax, c.KeepCheckpointEveryNHours); err != nil {
 			return err
 		}
+		j.ckpts.Warnf = j.console.infof
 		if ct.DoLowerCase != c.DoLowerCase {
 			j.console.infof("warning: --do_lower_case=%v but %s was exported with do_lower_case=%v", c.DoLowerCase, c.SavedModel, ct.DoLowerCase)
 		}

@@ -5,15 +5,17 @@
 // resumption from the latest one.
 //
 // Every save is atomic: the checkpoint is written into a temporary directory, its data files are
-// renamed into place before its index (TensorFlow opens a checkpoint through the index), and the
-// state file is replaced last, by rename. A crash at any point leaves the previous state file
-// pointing at a complete checkpoint.
+// renamed into place before its index (TensorFlow opens a checkpoint through the index), then
+// the state file is replaced by rename, and only then are the checkpoints that retention drops
+// deleted (tf.train.Saver's order). A crash at any point leaves a state file pointing at
+// complete checkpoints.
 package checkpoint
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,9 +42,14 @@ type Manager struct {
 	maxToKeep       int           // 0 keeps every checkpoint
 	keepEvery       time.Duration // 0 preserves none beyond maxToKeep
 	now             func() time.Time
-	kept            []entry // oldest first: the checkpoints listed in the state file
-	lastPreserved   float64 // unix seconds
+	remove          func(path string) error // os.Remove; tests inject failures
+	kept            []entry                 // oldest first: the checkpoints listed in the state file
+	lastPreserved   float64                 // unix seconds
 	latestPrefixRel string
+
+	// Warnf receives the warning of Latest when it falls back to an older checkpoint;
+	// log.Printf when nil.
+	Warnf func(format string, args ...any)
 }
 
 type entry struct {
@@ -64,7 +71,7 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 	if keepEveryNHours < 0 {
 		return nil, fmt.Errorf("checkpoint: keep_checkpoint_every_n_hours %v is negative", keepEveryNHours)
 	}
-	m := &Manager{dir: dir, maxToKeep: maxToKeep, now: now, lastPreserved: unixSeconds(now())}
+	m := &Manager{dir: dir, maxToKeep: maxToKeep, now: now, remove: os.Remove, lastPreserved: unixSeconds(now())}
 	if keepEveryNHours > 0 && keepEveryNHours < 1e9 {
 		m.keepEvery = time.Duration(keepEveryNHours * float64(time.Hour))
 	}
@@ -101,15 +108,40 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 func (m *Manager) Dir() string { return m.dir }
 
 // Latest returns the prefix (absolute or relative to the working directory, usable by a restore)
-// and global step of the newest checkpoint, or ok == false when the directory has none. A state
-// file that names a checkpoint whose index is missing is an error: resuming from an older one
-// silently would repeat training steps.
+// and global step of the newest checkpoint, or ok == false when the directory has none. When the
+// files of the state file's model_checkpoint_path are missing or incomplete, it falls back to
+// the newest checkpoint of all_model_checkpoint_paths whose files are all there, with a warning
+// through Warnf (the run then repeats the steps since); none complete is an error. After a fall
+// back, the manager's next saves treat that checkpoint as the latest.
 func (m *Manager) Latest() (prefix string, step int64, ok bool, err error) {
-	return latest(m.dir, m.latestPrefixRel)
+	rel, err := latest(m.dir, m.latestPrefixRel, m.relsOf(), m.Warnf)
+	if err != nil || rel == "" {
+		return "", 0, false, err
+	}
+	if rel != m.latestPrefixRel {
+		m.latestPrefixRel = rel
+		complete := m.kept[:0]
+		for _, e := range m.kept {
+			if checkFiles(m.resolve(e.rel)) == nil {
+				complete = append(complete, e)
+			}
+		}
+		m.kept = complete
+	}
+	return prefixStep(m.resolve(rel))
 }
 
-// Latest reads the newest checkpoint of dir as Manager.Latest does, without opening a manager:
-// for observers, which must not clean up after a save that may be in flight.
+func (m *Manager) relsOf() []string {
+	out := make([]string, len(m.kept))
+	for i, e := range m.kept {
+		out[i] = e.rel
+	}
+	return out
+}
+
+// Latest reads the newest checkpoint of dir as Manager.Latest does (warning through log.Printf),
+// without opening a manager: for observers, which must not clean up after a save that may be in
+// flight.
 func Latest(dir string) (prefix string, step int64, ok bool, err error) {
 	st, err := readState(filepath.Join(dir, StateFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -118,22 +150,60 @@ func Latest(dir string) (prefix string, step int64, ok bool, err error) {
 	if err != nil {
 		return "", 0, false, err
 	}
-	return latest(dir, st.latest)
+	rel, err := latest(dir, st.latest, st.all, nil)
+	if err != nil || rel == "" {
+		return "", 0, false, err
+	}
+	return prefixStep(resolve(dir, rel))
 }
 
-func latest(dir, rel string) (prefix string, step int64, ok bool, err error) {
+// latest picks the state file's model_checkpoint_path rel when its files are complete, else the
+// newest complete one of all (oldest first), warning through warnf. It returns "" for none.
+func latest(dir, rel string, all []string, warnf func(string, ...any)) (string, error) {
 	if rel == "" {
-		return "", 0, false, nil
+		return "", nil
 	}
-	prefix = rel
-	if !filepath.IsAbs(rel) {
-		prefix = filepath.Join(dir, rel)
+	missing := checkFiles(resolve(dir, rel))
+	if missing == nil {
+		return rel, nil
 	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i] == rel || checkFiles(resolve(dir, all[i])) != nil {
+			continue
+		}
+		if warnf == nil {
+			warnf = log.Printf
+		}
+		warnf("warning: %s names %s as the latest checkpoint, but %v; falling back to %s, the newest complete one it lists",
+			filepath.Join(dir, StateFile), rel, missing, all[i])
+		return all[i], nil
+	}
+	return "", fmt.Errorf("checkpoint: %s names %s, which is not readable (%w), and lists no other complete checkpoint",
+		filepath.Join(dir, StateFile), resolve(dir, rel), missing)
+}
+
+// checkFiles reports the first missing file of the checkpoint prefix: its index, or one of the
+// data shards prefix.data-<i>-of-<n>.
+func checkFiles(prefix string) error {
 	if _, err := os.Stat(prefix + ".index"); err != nil {
-		return "", 0, false, fmt.Errorf("checkpoint: %s names %s, which is not readable: %w",
-			filepath.Join(dir, StateFile), prefix, err)
+		return err
 	}
-	step, err = StepOf(prefix)
+	shards, _ := filepath.Glob(prefix + ".data-?????-of-?????")
+	if len(shards) == 0 {
+		return fmt.Errorf("%s.data-00000-of-* is missing", prefix)
+	}
+	n, _ := strconv.Atoi(shards[0][len(shards[0])-5:]) // the glob matched five digits
+	for i := range n {
+		shard := fmt.Sprintf("%s.data-%05d-of-%05d", prefix, i, n)
+		if _, err := os.Stat(shard); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func prefixStep(prefix string) (string, int64, bool, error) {
+	step, err := StepOf(prefix)
 	if err != nil {
 		return "", 0, false, err
 	}
@@ -189,11 +259,16 @@ func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 	}
 	m.kept = append(m.kept, entry{rel: rel, time: unixSeconds(m.now())})
 	m.latestPrefixRel = rel
-	if err := m.sweep(); err != nil {
-		return "", err
-	}
+	dropped := m.retain()
+	// The state file first: a crash before the deletions leaves files no state names, never a
+	// state that names deleted files.
 	if err := m.writeState(); err != nil {
 		return "", err
+	}
+	for _, prefix := range dropped {
+		if err := m.deleteCheckpoint(prefix); err != nil {
+			return "", err
+		}
 	}
 	return final, nil
 }
@@ -228,10 +303,11 @@ func moveCheckpoint(tmpDir, rel, dir string) error {
 	return atomicfile.SyncDir(dir)
 }
 
-// sweep applies keep_checkpoint_max and keep_checkpoint_every_n_hours as
+// retain applies keep_checkpoint_max and keep_checkpoint_every_n_hours as
 // tf.train.CheckpointManager does: beyond the newest maxToKeep, a checkpoint at least keepEvery
-// newer than the last preserved one is kept on disk (and leaves the state file), others are deleted.
-func (m *Manager) sweep() error {
+// newer than the last preserved one is kept on disk (and leaves the state file), the others leave
+// the state file and are returned, to be deleted once the state file no longer lists them.
+func (m *Manager) retain() (dropped []string) {
 	if m.maxToKeep == 0 {
 		return nil
 	}
@@ -242,22 +318,29 @@ func (m *Manager) sweep() error {
 			m.lastPreserved = old.time
 			continue
 		}
-		prefix := m.resolve(old.rel)
-		files, _ := filepath.Glob(prefix + ".data-?????-of-?????")
-		for _, f := range append(files, prefix+".index") {
-			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("checkpoint: deleting old checkpoint: %w", err)
-			}
+		dropped = append(dropped, m.resolve(old.rel))
+	}
+	return dropped
+}
+
+// deleteCheckpoint removes the data shards of prefix, then its index.
+func (m *Manager) deleteCheckpoint(prefix string) error {
+	files, _ := filepath.Glob(prefix + ".data-?????-of-?????")
+	for _, f := range append(files, prefix+".index") {
+		if err := m.remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("checkpoint: deleting old checkpoint: %w", err)
 		}
 	}
 	return nil
 }
 
-func (m *Manager) resolve(rel string) string {
+func (m *Manager) resolve(rel string) string { return resolve(m.dir, rel) }
+
+func resolve(dir, rel string) string {
 	if filepath.IsAbs(rel) {
 		return rel
 	}
-	return filepath.Join(m.dir, rel)
+	return filepath.Join(dir, rel)
 }
 
 // writeState replaces the state file by rename, in the text format of TensorFlow's

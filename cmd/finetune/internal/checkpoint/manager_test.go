@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -257,5 +258,101 @@ func TestLatestReadsWithoutCleaningUp(t *testing.T) {
 	}
 	if _, _, ok, err := Latest(t.TempDir()); ok || err != nil {
 		t.Fatalf("empty directory: ok=%v err=%v", ok, err)
+	}
+}
+
+// The state file stops naming a checkpoint before its files are deleted: a crash in the middle of
+// the deletion leaves a state file whose checkpoints are all complete.
+func TestStateFileIsRewrittenBeforeOldCheckpointsAreDeleted(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 1, 0)
+	if _, err := m.Save(1, fakeSave("one")); err != nil {
+		t.Fatal(err)
+	}
+	crash := errors.New("crash")
+	var deleted []string
+	m.remove = func(path string) error {
+		state, _ := os.ReadFile(filepath.Join(dir, StateFile))
+		if strings.Contains(string(state), "model.ckpt-1\"") {
+			t.Errorf("deleting %s while the state file still names it:\n%s", filepath.Base(path), state)
+		}
+		deleted = append(deleted, filepath.Base(path))
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+		if strings.HasSuffix(path, ".index") {
+			return crash // the process dies right after the last file of the checkpoint is gone
+		}
+		return nil
+	}
+	if _, err := m.Save(2, fakeSave("two")); !errors.Is(err, crash) {
+		t.Fatalf("Save with a failing deletion: err = %v", err)
+	}
+	if want := []string{"model.ckpt-1.data-00000-of-00001", "model.ckpt-1.index"}; !reflect.DeepEqual(deleted, want) {
+		t.Fatalf("deleted %v, want %v", deleted, want)
+	}
+	// The restarted run resumes from the checkpoint saved before the crash.
+	m2, err := Open(dir, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, step, ok, err := m2.Latest()
+	if err != nil || !ok || step != 2 || prefix != filepath.Join(dir, "model.ckpt-2") {
+		t.Fatalf("after the crash: Latest = %q %d %v %v", prefix, step, ok, err)
+	}
+}
+
+// A state file whose latest checkpoint lost files falls back, with a warning, to the newest
+// complete checkpoint it lists, and the next save of that step is written again.
+func TestLatestFallsBackToNewestCompleteCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 3, 0)
+	for _, step := range []int64{10, 20, 30} {
+		if _, err := m.Save(step, fakeSave("s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 30 lost a data shard, 20 its index: 10 is the newest complete one.
+	os.Remove(filepath.Join(dir, "model.ckpt-30.data-00000-of-00001"))
+	os.Remove(filepath.Join(dir, "model.ckpt-20.index"))
+
+	prefix, step, ok, err := Latest(dir)
+	if err != nil || !ok || step != 10 || prefix != filepath.Join(dir, "model.ckpt-10") {
+		t.Fatalf("Latest(dir) = %q %d %v %v", prefix, step, ok, err)
+	}
+	m2, err := Open(dir, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	m2.Warnf = func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
+	prefix, step, ok, err = m2.Latest()
+	if err != nil || !ok || step != 10 || prefix != filepath.Join(dir, "model.ckpt-10") {
+		t.Fatalf("Manager.Latest = %q %d %v %v", prefix, step, ok, err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "model.ckpt-30") ||
+		!strings.Contains(warnings[0], "data-00000-of-") || !strings.Contains(warnings[0], "falling back to model.ckpt-10") {
+		t.Fatalf("warnings %q", warnings)
+	}
+	// Training again reaches step 20 and 30: both are saved, not taken for the latest.
+	for _, step := range []int64{20, 30} {
+		if _, err := m2.Save(step, fakeSave("again")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model.ckpt-30.data-00000-of-00001")); err != nil {
+		t.Fatalf("step 30 was not saved again: %v", err)
+	}
+	if got, _, _, err := Latest(dir); err != nil || got != filepath.Join(dir, "model.ckpt-30") {
+		t.Fatalf("after saving again: %q %v", got, err)
+	}
+
+	// Nothing complete left: an error naming the state file's checkpoint.
+	for _, s := range []string{"10", "20", "30"} {
+		os.Remove(filepath.Join(dir, "model.ckpt-"+s+".index"))
+	}
+	if _, _, _, err := Latest(dir); err == nil || !strings.Contains(err.Error(), "model.ckpt-30") ||
+		!strings.Contains(err.Error(), "no other complete checkpoint") {
+		t.Fatalf("no complete checkpoint: err = %v", err)
 	}
 }
