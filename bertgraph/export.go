@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/gorovod/gorovod/tf"
 )
@@ -24,6 +25,10 @@ import (
 // through the same SaverDef into dir/variables. saved_model.pb and assets.extra (contract,
 // vocabulary, bert_config.json) are copied unchanged, so the graph is exactly the one the
 // exporter wrote and only the weights are new.
+//
+// dir must lie outside the model being exported from: it is removed before the new export is
+// renamed into place, so dir equal to, above or inside the training model (or its serving
+// source) is refused rather than deleting the model.
 func (m *Model) ExportServing(dir string) (err error) {
 	src := filepath.Join(m.dir, m.contract.ServingDir)
 	sc, err := ReadContract(src)
@@ -34,6 +39,9 @@ func (m *Model) ExportServing(dir string) (err error) {
 		return fmt.Errorf("bertgraph: serving model %s: %w", src, err)
 	}
 	dir = filepath.Clean(dir)
+	if err := outside(dir, m.dir, src); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
@@ -74,6 +82,52 @@ func (m *Model) ExportServing(dir string) (err error) {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	return nil
+}
+
+// outside checks that dir and each of the protected paths are disjoint trees: neither is the
+// other nor contains it, once made absolute and with symbolic links followed.
+func outside(dir string, protected ...string) error {
+	d, err := resolve(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range protected {
+		r, err := resolve(p)
+		if err != nil {
+			return err
+		}
+		if within(d, r) || within(r, d) {
+			return fmt.Errorf("%s overlaps %s, which the export reads from; it would be deleted: choose a directory outside it", dir, p)
+		}
+	}
+	return nil
+}
+
+// resolve makes path absolute and follows the symbolic links of its longest existing prefix,
+// so that a link to the model, or a path through one, is recognised.
+func resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil
+	}
+	parent := filepath.Dir(abs)
+	if parent == abs {
+		return abs, nil
+	}
+	real, err := resolve(parent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(real, filepath.Base(abs)), nil
+}
+
+// within reports whether path is root or lies under it (both absolute and clean).
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // sameVariables checks the serving model's variables are the training model's, key for key.

@@ -235,3 +235,58 @@ func testClassifier(t *testing.T, dir string, m *Model) {
 		t.Error(err)
 	}
 }
+
+// ExportServing replaces dir: a dir that is, holds or lies inside the model it exports from must
+// be refused, not deleted. The model is a private copy, so a regression cannot destroy the
+// fixture the other tests share.
+func TestExportServingRefusesToReplaceTheModel(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "model")
+	if err := copyTree(fixture.Model, dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(dir, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{
+		"the model":             dir,
+		"the model, unclean":    dir + "/./",
+		"relative":              relativeTo(t, dir),
+		"its parent":            parent,
+		"its serving source":    filepath.Join(dir, m.contract.ServingDir),
+		"inside it":             filepath.Join(dir, "variables"),
+		"a link to it":          link,
+		"inside it, via a link": filepath.Join(link, "export"),
+	} {
+		err := m.ExportServing(target)
+		if err == nil || !strings.Contains(err.Error(), "overlaps") {
+			t.Errorf("%s (%s): error %v, want a refusal", name, target, err)
+		}
+		if c, err := ReadContract(dir); err != nil || c.Kind != "training" {
+			t.Fatalf("after exporting to %s (%s) the training model is gone: %v", name, target, err)
+		}
+	}
+	// A sibling is fine.
+	if err := m.ExportServing(filepath.Join(parent, "serving")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func relativeTo(t *testing.T, path string) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
