@@ -359,6 +359,16 @@ func TestBadSetupsFailBeforeTraining(t *testing.T) {
 		!strings.Contains(r.output, "finetune[rank 1]: error: --output_dir") || strings.Contains(r.output, "Running training") {
 		t.Errorf("rank 1 without an output directory: exit %d\n%s", r.code, r.output)
 	}
+	// One training line for two ranks: rank 1's shard is empty, and every rank says so.
+	oneLine := t.TempDir()
+	writeData(t, oneLine, 1, 4, 4)
+	r = runCmd(t, mpirun(t, 2, tinyFlags(model, oneLine, filepath.Join(t.TempDir(), "out"), "--do_train")...))
+	for rank := range 2 {
+		want := fmt.Sprintf("finetune[rank %d]: error: rank 1 has 0 training examples (1 lines of %s for 2 ranks", rank, filepath.Join(oneLine, "train.tsv"))
+		if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
+			t.Errorf("an empty shard: exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
+		}
+	}
 }
 
 // Both output streams of a command land whole in one lockedBuffer (run with -race, the

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/gorovod/gorovod/bertgraph"
@@ -30,16 +32,20 @@ func (j *job) train() (int64, error) {
 		how = "reused"
 	}
 	j.console.rankf("%d training examples (%s %s), %d bad lines skipped", cache.Examples, how, path, cache.Skipped)
-	counts, err := j.sumInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped))
+	perRank, err := j.gatherInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped))
 	if err != nil {
 		return 0, err
 	}
-	sched, err := schedule.New(int(counts[0]), c.TrainBatchSize, c.NumTrainEpochs, c.WarmupProportion, c.LearningRate, j.size)
+	examples, skipped, err := j.checkShards(perRank)
+	if err != nil {
+		return 0, err
+	}
+	sched, err := schedule.New(int(examples), c.TrainBatchSize, c.NumTrainEpochs, c.WarmupProportion, c.LearningRate, j.size)
 	if err != nil {
 		return 0, err
 	}
 	j.console.infof("***** Running training *****  examples = %d (%d skipped), batch = %d per rank x %d ranks, steps = %d, warmup = %d, peak learning rate = %g",
-		counts[0], counts[1], c.TrainBatchSize, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
+		examples, skipped, c.TrainBatchSize, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
 
 	start, err := j.initialWeights()
 	if err != nil {
@@ -136,14 +142,46 @@ func (j *job) named(f *bertgraph.FlatTensors) []horovod.NamedTensor {
 	return out
 }
 
-// sumInt64 adds values over all ranks.
-func (j *job) sumInt64(name string, values ...int64) ([]int64, error) {
-	t, _ := horovod.NewTensor(nil, values)
-	out, err := j.hvd.Allreduce(name, t, horovod.AllreduceOptions{Op: horovod.Sum})
+// gatherInt64 collects values from every rank: row r holds rank r's.
+func (j *job) gatherInt64(name string, values ...int64) ([][]int64, error) {
+	t, _ := horovod.NewTensor([]int{1, len(values)}, values)
+	out, err := j.hvd.Allgather(name, t)
 	if err != nil {
 		return nil, err
 	}
-	return horovod.Values[int64](out)
+	flat, err := horovod.Values[int64](out)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([][]int64, j.size)
+	for r := range rows {
+		rows[r] = flat[r*len(values) : (r+1)*len(values)]
+	}
+	return rows, nil
+}
+
+// checkShards sums the ranks' training examples and bad lines (one row per rank) and fails, on
+// every rank alike, when a rank has no example to train on: its dataset could not produce a
+// batch, and the others would wait for it. A rank with fewer examples than a batch repeats them.
+func (j *job) checkShards(perRank [][]int64) (examples, skipped int64, err error) {
+	var empty []string
+	for r, row := range perRank {
+		examples += row[0]
+		skipped += row[1]
+		if row[0] == 0 {
+			empty = append(empty, strconv.Itoa(r))
+		}
+	}
+	if empty != nil {
+		return 0, 0, fmt.Errorf("rank %s has 0 training examples (%d lines of %s for %d ranks, line i going to rank i %% %d, %d of them skipped as bad): give it more data or run fewer ranks",
+			strings.Join(empty, ", "), examples+skipped, j.in.train, j.size, j.size, skipped)
+	}
+	for r, row := range perRank {
+		if row[0] < int64(j.cfg.TrainBatchSize) {
+			j.console.infof("warning: rank %d has %d training examples, fewer than --train_batch_size %d: its batches repeat them", r, row[0], j.cfg.TrainBatchSize)
+		}
+	}
+	return examples, skipped, nil
 }
 
 // loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
