@@ -124,7 +124,7 @@ func (c *Classifier) Predict(texts []string) ([]Prediction, error) {
 func (c *Classifier) predict(batch *features.Batch) (*Predictions, error) {
 	var in batchTensors
 	defer in.close()
-	if err := in.set(batch, c.contract.MaxSeqLength, false, c.contract.NumLabels); err != nil {
+	if err := in.set(batch, c.contract, false); err != nil {
 		return nil, err
 	}
 	feeds := map[tf.Output]*tf.Tensor{

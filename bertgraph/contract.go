@@ -62,6 +62,12 @@ type Contract struct {
 	} `json:"optimizer"`
 	// ServingDir is the serving-only SavedModel packaged inside a training one.
 	ServingDir string `json:"serving_dir"`
+
+	// VocabSize and TypeVocabSize are bert_config's vocab_size and type_vocab_size: batches
+	// are checked against them, since the graph's gather and one_hot turn an out-of-range
+	// input_ids or segment_ids value into zeros instead of failing.
+	VocabSize     int `json:"-"`
+	TypeVocabSize int `json:"-"`
 }
 
 // ContractSignature lists a signature's inputs and outputs by key.
@@ -115,6 +121,15 @@ func ReadContract(dir string) (*Contract, error) {
 		return nil, fmt.Errorf("bertgraph: %s: num_labels %d with %d label names, max_seq_length %d",
 			path, c.NumLabels, len(c.LabelNames), c.MaxSeqLength)
 	}
+	var bert struct {
+		VocabSize     int `json:"vocab_size"`
+		TypeVocabSize int `json:"type_vocab_size"`
+	}
+	if err := json.Unmarshal(c.BertConfig, &bert); err != nil || bert.VocabSize < 1 || bert.TypeVocabSize < 1 {
+		return nil, fmt.Errorf("bertgraph: %s: bert_config needs a positive vocab_size and type_vocab_size (got %d and %d; %v)",
+			path, bert.VocabSize, bert.TypeVocabSize, err)
+	}
+	c.VocabSize, c.TypeVocabSize = bert.VocabSize, bert.TypeVocabSize
 	return &c, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
 )
 
 // copyModel copies the fixture SavedModel and lets edit rewrite its contract.
@@ -70,6 +72,9 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 			v := c["variables"].([]any)[0].(map[string]any)
 			v["shape"] = []any{127.0, 32.0}
 		}), []string{`signature "train_step" output "grad_0000" has shape [128,32], want [127,32]`}},
+		{"bert_config without vocab_size", copyModel(t, func(c map[string]any) {
+			delete(c["bert_config"].(map[string]any), "vocab_size")
+		}), []string{ContractFile, "bert_config needs a positive vocab_size and type_vocab_size (got 0 and 2"}},
 		{"missing signatures", trainingContractOnServingModel,
 			[]string{`signature "train_step" is missing`, `signature "apply_gradients" is missing`, `signature "read_variables" is missing`}},
 	} {
@@ -97,8 +102,39 @@ func TestBatchErrorsNameTheProblem(t *testing.T) {
 	grads := m.NewFlatTensors()
 	b := separableBatch(newRand(), 4)
 	b.LabelIDs[2] = 5
-	if _, err := m.TrainStep(b, DropoutSeed{}, grads); err == nil || !strings.Contains(err.Error(), "example 2 has label id 5") {
+	if _, err := m.TrainStep(b, DropoutSeed{}, grads); err == nil || !strings.Contains(err.Error(), "example 2 has label_ids 5, want 0..1") {
 		t.Errorf("out-of-range label: %v", err)
+	}
+	// Values the graph would not reject but silently turn into zeros (gather, one_hot) or into
+	// a wrong weight: each is refused, naming the tensor, the example, the position and the value.
+	vocab := m.contract.VocabSize
+	for _, tc := range []struct {
+		name string
+		edit func(b *features.Batch)
+		want string
+	}{
+		{"input id = vocab size", func(b *features.Batch) { b.InputIDs[1*seqLength+3] = int32(vocab) },
+			fmt.Sprintf("example 1 position 3 has input_ids %d, want 0..%d", vocab, vocab-1)},
+		{"negative input id", func(b *features.Batch) { b.InputIDs[0] = -1 }, "example 0 position 0 has input_ids -1"},
+		{"segment id 2", func(b *features.Batch) { b.SegmentIDs[3*seqLength+1] = 2 },
+			"example 3 position 1 has segment_ids 2, want 0..1: the model has 2 token types"},
+		{"input mask 2", func(b *features.Batch) { b.InputMask[2*seqLength+5] = 2 }, "example 2 position 5 has input_mask 2, want 0..1"},
+		{"is_real_example 3", func(b *features.Batch) { b.IsRealExample[1] = 3 }, "example 1 has is_real_example 3, want 0..1"},
+	} {
+		b := separableBatch(newRand(), 4)
+		tc.edit(b)
+		if _, err := m.TrainStep(b, DropoutSeed{}, grads); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: TrainStep: %v, want an error containing %q", tc.name, err, tc.want)
+		}
+		if _, err := m.Eval(b); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Eval: %v, want an error containing %q", tc.name, err, tc.want)
+		}
+		if tc.name == "is_real_example 3" {
+			continue // Predict takes no labels
+		}
+		if _, err := m.Predict(b); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Predict: %v, want an error containing %q", tc.name, err, tc.want)
+		}
 	}
 	short := separableBatch(newRand(), 4)
 	short.SeqLength = 8

@@ -22,7 +22,7 @@ func (e *EvalStats) Add(o EvalStats) {
 func (m *Model) Eval(batch *features.Batch) (EvalStats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.inputs.set(batch, m.contract.MaxSeqLength, true, m.contract.NumLabels); err != nil {
+	if err := m.inputs.set(batch, m.contract, true); err != nil {
 		return EvalStats{}, err
 	}
 	s := m.sigs[SigEvalStep]
@@ -59,7 +59,7 @@ func (p *Predictions) Row(i int) []float32 {
 func (m *Model) Predict(batch *features.Batch) (*Predictions, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.inputs.set(batch, m.contract.MaxSeqLength, false, m.contract.NumLabels); err != nil {
+	if err := m.inputs.set(batch, m.contract, false); err != nil {
 		return nil, err
 	}
 	s := m.sigs[SigPredict]

@@ -89,12 +89,14 @@ func (b *batchTensors) close() {
 	*b = batchTensors{}
 }
 
-// set fills the feature tensors (and, with labels, the label tensors) from batch.
-// numLabels bounds the label ids (TensorFlow's one_hot would silently zero an out-of-range one).
-func (b *batchTensors) set(batch *features.Batch, seqLength int, labels bool, numLabels int) error {
+// set fills the feature tensors (and, with labels, the label tensors) from batch, after
+// checking every value against c: TensorFlow's gather and one_hot would silently turn an
+// out-of-range input id, segment id or label id into zeros, and the loss would train on them.
+func (b *batchTensors) set(batch *features.Batch, c *Contract, labels bool) error {
 	if batch == nil || batch.BatchSize < 1 {
 		return fmt.Errorf("bertgraph: empty batch")
 	}
+	seqLength := c.MaxSeqLength
 	if batch.SeqLength != seqLength {
 		return fmt.Errorf("bertgraph: batch has sequence length %d, the model takes %d", batch.SeqLength, seqLength)
 	}
@@ -102,6 +104,15 @@ func (b *batchTensors) set(batch *features.Batch, seqLength int, labels bool, nu
 	if int64(len(batch.InputIDs)) != n*s || int64(len(batch.InputMask)) != n*s || int64(len(batch.SegmentIDs)) != n*s {
 		return fmt.Errorf("bertgraph: batch has %d input_ids, %d input_mask and %d segment_ids values, want %d x %d each",
 			len(batch.InputIDs), len(batch.InputMask), len(batch.SegmentIDs), n, s)
+	}
+	if err := checkRange("input_ids", batch.InputIDs, seqLength, c.VocabSize, "the vocabulary has %d tokens"); err != nil {
+		return err
+	}
+	if err := checkRange("input_mask", batch.InputMask, seqLength, 2, "a mask is 0 or 1 (%d values)"); err != nil {
+		return err
+	}
+	if err := checkRange("segment_ids", batch.SegmentIDs, seqLength, c.TypeVocabSize, "the model has %d token types"); err != nil {
+		return err
 	}
 	var err error
 	if b.ids, err = reuse(b.ids, batch.InputIDs, n, s); err != nil {
@@ -120,16 +131,33 @@ func (b *batchTensors) set(batch *features.Batch, seqLength int, labels bool, nu
 		return fmt.Errorf("bertgraph: batch has %d labels and %d is_real_example for %d examples",
 			len(batch.LabelIDs), len(batch.IsRealExample), n)
 	}
-	for i, l := range batch.LabelIDs {
-		if l < 0 || int(l) >= numLabels {
-			return fmt.Errorf("bertgraph: batch example %d has label id %d, the model has %d labels", i, l, numLabels)
-		}
+	if err := checkRange("label_ids", batch.LabelIDs, 1, c.NumLabels, "the model has %d labels"); err != nil {
+		return err
+	}
+	if err := checkRange("is_real_example", batch.IsRealExample, 1, 2, "a flag is 0 or 1 (%d values)"); err != nil {
+		return err
 	}
 	if b.labels, err = reuse(b.labels, batch.LabelIDs, n); err != nil {
 		return err
 	}
 	b.real, err = reuse(b.real, batch.IsRealExample, n)
 	return err
+}
+
+// checkRange checks every value of tensor (rows of width values) is in [0, limit); the error
+// names the tensor, the example, the position in it (for a per-token tensor) and the value.
+func checkRange(tensor string, values []int32, width, limit int, why string) error {
+	for i, v := range values {
+		if v >= 0 && int(v) < limit {
+			continue
+		}
+		where := fmt.Sprintf("example %d", i/width)
+		if width > 1 {
+			where += fmt.Sprintf(" position %d", i%width)
+		}
+		return fmt.Errorf("bertgraph: batch %s has %s %d, want 0..%d: "+why, where, tensor, v, limit-1, limit)
+	}
+	return nil
 }
 
 // feed puts the batch tensors into s's feeds.

@@ -28,7 +28,7 @@ func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTe
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.inputs.set(batch, m.contract.MaxSeqLength, true, m.contract.NumLabels); err != nil {
+	if err := m.inputs.set(batch, m.contract, true); err != nil {
 		return StepStats{}, err
 	}
 	var err error
