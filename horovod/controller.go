@@ -93,13 +93,17 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		}
 		c.timeline = tl
 	}
-	if p, ok := control.(backend.Pinned); ok {
+	return c, nil
+}
+
+// start runs the background loop and its watchdog; Init calls it once every rank is set up.
+func (c *controller) start() {
+	if p, ok := c.control.(backend.Pinned); ok {
 		go p.Serve(c.loop) // MPI: the loop runs on the MPI thread itself
 	} else {
 		go c.loop()
 	}
 	go c.watchdog()
-	return c, nil
 }
 
 // submit queues reqs atomically (one negotiation round sees all of them, so they can fuse).

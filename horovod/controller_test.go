@@ -299,13 +299,13 @@ func TestJoin(t *testing.T) {
 func TestStallWarningNamesTensorsAndRanks(t *testing.T) {
 	g := newLoopback(3)
 	var logs [3]syncBuffer
-	hs := make([]*Horovod, 3)
-	for r := range hs {
-		h, err := Init(WithBackend(loopRank{g, r}), WithLogOutput(&logs[r]), WithStallCheck(50*time.Millisecond, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs[r] = h
+	hs, errs := initRanks(g, func(r int) []Option {
+		return []Option{WithLogOutput(&logs[r]), WithStallCheck(50*time.Millisecond, 0)}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
 		defer h.Shutdown()
 	}
 	x := mustTensor(t, nil, []float32{1})
@@ -348,13 +348,16 @@ func (s *syncBuffer) String() string {
 func TestStallShutdownAborts(t *testing.T) {
 	g := newLoopback(2)
 	var log0 syncBuffer
-	h0, err := Init(WithBackend(loopRank{g, 0}), WithLogOutput(&log0), WithStallCheck(0, 100*time.Millisecond))
-	if err != nil {
+	hs, errs := initRanks(g, func(r int) []Option {
+		if r == 0 {
+			return []Option{WithLogOutput(&log0), WithStallCheck(0, 100*time.Millisecond)}
+		}
+		return []Option{WithStallCheck(0, 100*time.Millisecond)}
+	})
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Init(WithBackend(loopRank{g, 1}), WithLogOutput(&bytes.Buffer{}), WithStallCheck(0, 100*time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
+	h0 := hs[0]
 	// Rank 1 never submits "never": the job must abort, not wait. (The ranks are abandoned
 	// afterwards: an aborted job has nothing to shut down.)
 	if _, err := h0.AllreduceAsync("never", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); err != nil {
@@ -693,13 +696,13 @@ func TestScaleFloat32RoundsOnce(t *testing.T) {
 func TestBackendFailureAbortsTheJob(t *testing.T) {
 	g := newLoopback(2)
 	var logs [2]syncBuffer
-	for r := range 2 {
-		// Abandoned after the abort, like the ranks of TestStallShutdownAborts.
-		h, err := Init(WithBackend(loopRank{g, r}), WithLogOutput(&logs[r]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.failAllreduce.Store(true)
+	// Abandoned after the abort, like the ranks of TestStallShutdownAborts.
+	hs, errs := initRanks(g, func(r int) []Option { return []Option{WithLogOutput(&logs[r])} })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	g.failAllreduce.Store(true)
+	for _, h := range hs {
 		if _, err := h.AllreduceAsync("w", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,8 @@ var ErrShutdown = errors.New("horovod: shut down")
 
 // Init joins the job the launcher started this process in (OpenMPI's mpirun, or Slurm's srun with
 // an MPI that speaks PMI), or makes a job of size 1 when no launcher did. Options override the
-// HOROVOD_* environment.
+// HOROVOD_* environment. When some ranks fail to set up (open the data backend, create the
+// timeline), Init returns a *SetupError naming them on every rank and starts nothing.
 func Init(opts ...Option) (*Horovod, error) {
 	cfg, err := configFromEnv()
 	if err != nil {
@@ -68,23 +69,39 @@ func Init(opts ...Option) (*Horovod, error) {
 			return nil, err
 		}
 	}
-	data := control
-	if cfg.data != nil {
-		if data, err = cfg.data(control); err != nil {
-			control.Close()
-			return nil, fmt.Errorf("horovod: opening the data backend: %w", err)
-		}
-	}
 	h := &Horovod{topo: control.Topology(), cfg: cfg}
 	h.log = newLogger(cfg.logOutput, h.topo.Rank)
-	if h.ctl, err = newController(h, control, data); err != nil {
-		if data != control {
+	// The local steps can fail on some ranks only (no GPU here, a timeline path only rank 0 opens).
+	// A rank that gave up alone would leave the others waiting for it in their first collective, so
+	// the ranks agree on the outcome first, and only a job where every rank is ready starts its loop.
+	data, ctl, setupErr := setUp(h, control)
+	if err := agreeOnSetup(control, h.topo, setupErr); err != nil {
+		if ctl != nil {
+			ctl.timeline.close()
+		}
+		if data != nil && data != control {
 			data.Close()
 		}
 		control.Close()
 		return nil, err
 	}
+	h.ctl = ctl
+	ctl.start()
 	return h, nil
+}
+
+// setUp does this rank's local part of Init: open the data backend and make the controller.
+// It starts nothing: on failure, what it returns besides the error is what there is to close.
+func setUp(h *Horovod, control backend.Backend) (backend.Backend, *controller, error) {
+	data := control
+	if h.cfg.data != nil {
+		var err error
+		if data, err = h.cfg.data(control); err != nil {
+			return nil, nil, fmt.Errorf("opening the data backend: %w", err)
+		}
+	}
+	ctl, err := newController(h, control, data)
+	return data, ctl, err
 }
 
 // openLauncherBackend opens MPI when a launcher started more than one process, and checks that

@@ -177,13 +177,9 @@ func (l loopRank) Close() error { return nil }
 func job(t *testing.T, size int, opts ...Option) ([]*Horovod, *loopback) {
 	t.Helper()
 	g := newLoopback(size)
-	hs := make([]*Horovod, size)
-	for r := range hs {
-		h, err := Init(append([]Option{WithBackend(loopRank{g, r}), WithLogOutput(&bytes.Buffer{})}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs[r] = h
+	hs, errs := initRanks(g, func(int) []Option { return opts })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, h := range hs {
@@ -191,6 +187,22 @@ func job(t *testing.T, size int, opts ...Option) ([]*Horovod, *loopback) {
 		}
 	})
 	return hs, g
+}
+
+// initRanks calls Init for every rank of g at once, as the processes of a job do: Init agrees
+// with the other ranks, so it returns on none until it has run on all. Each rank's options are
+// its loopback backend, a discarded log, then opts(rank).
+func initRanks(g *loopback, opts func(rank int) []Option) ([]*Horovod, []error) {
+	hs := make([]*Horovod, g.size)
+	errs := make([]error, g.size)
+	var wg sync.WaitGroup
+	for r := range g.size {
+		wg.Go(func() {
+			hs[r], errs[r] = Init(append([]Option{WithBackend(loopRank{g, r}), WithLogOutput(&bytes.Buffer{})}, opts(r)...)...)
+		})
+	}
+	wg.Wait()
+	return hs, errs
 }
 
 // onEveryRank runs f concurrently for every rank and fails the test with every rank's error.

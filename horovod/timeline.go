@@ -40,7 +40,7 @@ type traceEvent struct {
 func newTimeline(path string) (*timeline, error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("horovod: HOROVOD_TIMELINE: %w", err)
+		return nil, fmt.Errorf("HOROVOD_TIMELINE: %w", err)
 	}
 	t := &timeline{f: f, w: bufio.NewWriter(f), origin: timeNow(), pids: map[string]int{}}
 	t.w.WriteString("[\n")

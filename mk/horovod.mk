@@ -2,7 +2,8 @@
 #
 #   make test-mpi       the horovod/mpi backend tests and the conformance suite under mpirun -np 2
 #                       and -np 3 (oversubscribed), the -np 2 run also writing and checking a timeline,
-#                       and once more with a 4 KiB fusion threshold and a 3-entry negotiation cache
+#                       and once more with a 4 KiB fusion threshold and a 3-entry negotiation cache;
+#                       then a -np 2 job whose Init fails on rank 0 only must fail it on both ranks
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
 #                       conversion vs memcpy and vs github.com/x448/float16
 #
@@ -28,6 +29,11 @@ test-mpi: debs
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
 	# Small fusion buffers and a nearly full negotiation cache: batches split, signatures renegotiated.
 	HOROVOD_FUSION_THRESHOLD=4096 HOROVOD_CACHE_CAPACITY=3 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
+	# Init failing on rank 0 only (it alone creates the timeline, here in a missing directory) must
+	# fail Init on both ranks, naming rank 0. No stall shutdown: a hang is caught by the timeout.
+	rm -rf $(HVD_BUILD)/missing
+	HOROVOD_TIMELINE=$(HVD_BUILD)/missing/timeline.json GOROVOD_CONFORMANCE_INIT_FAILURE=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0 \
+		timeout 60 $(MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1 -test.v -test.run '^TestInitFailureReachesEveryRank$$'
 
 bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)

@@ -145,7 +145,10 @@ type Backend interface {
 // Opener opens a data Backend on top of the control Backend that horovod negotiates with. A GPU
 // backend uses control to agree on its communicator (for NCCL: rank 0's ncclUniqueId travels by
 // control.Broadcast) and to choose its device (control.Topology().LocalRank). It runs before
-// horovod's background loop starts, so it may call control's collectives freely.
+// horovod's background loop starts, so it may call control's collectives freely, as long as every
+// rank makes the same ones whether or not its own part fails (agree before diverging, as the NCCL
+// adapter does). It may then fail on some ranks only: horovod agrees on every rank's outcome
+// afterwards and fails Init on all of them.
 type Opener func(control Backend) (Backend, error)
 
 // Pinned is implemented by a Backend whose calls must all be made from one OS thread, as MPI's

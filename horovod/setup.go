@@ -1,0 +1,73 @@
+package horovod
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// SetupError is Init failing because some ranks could not set up (open the data backend, create
+// the timeline). Every rank of the job returns one, the ready ranks included, naming the ranks
+// that failed and each one's cause, so that no rank is left waiting for the others and each
+// rank's log says what went wrong where. It unwraps to this rank's own cause, if it had one.
+type SetupError struct {
+	Rank   int      // the rank returning the error
+	Failed []int    // the ranks that failed, ascending
+	Causes []string // Causes[i] is the error text of rank Failed[i]
+	local  error
+}
+
+func (e *SetupError) Error() string {
+	causes := make([]string, len(e.Failed))
+	for i, r := range e.Failed {
+		causes[i] = fmt.Sprintf("rank %d: %s", r, e.Causes[i])
+	}
+	return fmt.Sprintf("horovod: rank %d: Init failed on ranks %v: %s", e.Rank, e.Failed, strings.Join(causes, "; "))
+}
+
+func (e *SetupError) Unwrap() error { return e.local }
+
+// agreeOnSetup tells every rank which ranks failed their local setup and why, over control: an
+// allgather of each rank's error length and, when one is not zero, one of the error texts. It
+// returns nil on every rank when no rank failed, and a *SetupError on every rank otherwise.
+func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error) error {
+	var text []byte
+	if localErr != nil {
+		if text = []byte(localErr.Error()); len(text) == 0 {
+			text = fmt.Appendf(nil, "%T with an empty message", localErr) // a zero length means ready
+		}
+	}
+	fail := func(step string, err error) error {
+		return errors.Join(fmt.Errorf("horovod: rank %d: agreeing on Init with the other ranks (%s): %w", topo.Rank, step, err), localErr)
+	}
+	lengths := make([]byte, 4*topo.Size)
+	if err := control.Allgatherv(binary.LittleEndian.AppendUint32(nil, uint32(len(text))), lengths, slices.Repeat([]int{4}, topo.Size)); err != nil {
+		return fail("error lengths", err)
+	}
+	counts := make([]int, topo.Size)
+	total := 0
+	for r := range counts {
+		counts[r] = int(binary.LittleEndian.Uint32(lengths[4*r:]))
+		total += counts[r]
+	}
+	if total == 0 {
+		return nil
+	}
+	texts := make([]byte, total)
+	if err := control.Allgatherv(text, texts, counts); err != nil {
+		return fail("error texts", err)
+	}
+	e := &SetupError{Rank: topo.Rank, local: localErr}
+	for r, n := range counts {
+		if n > 0 {
+			e.Failed = append(e.Failed, r)
+			e.Causes = append(e.Causes, string(texts[:n]))
+		}
+		texts = texts[n:]
+	}
+	return e
+}

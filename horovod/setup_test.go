@@ -1,0 +1,146 @@
+package horovod
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/local"
+)
+
+// closeRecorder is a backend that records its Close.
+type closeRecorder struct {
+	backend.Backend
+	closed *atomic.Bool
+}
+
+func (c closeRecorder) Close() error { c.closed.Store(true); return c.Backend.Close() }
+
+// setupJob inits size ranks over one loopback whose control backends record their Close; open,
+// when non-nil, is each rank's data backend opener.
+func setupJob(size int, timeline string, open func(rank int, control backend.Backend) (backend.Backend, error)) (*loopback, []*Horovod, []error, []atomic.Bool) {
+	g := newLoopback(size)
+	controlClosed := make([]atomic.Bool, size)
+	hs, errs := initRanks(g, func(r int) []Option {
+		opts := []Option{WithBackend(closeRecorder{loopRank{g, r}, &controlClosed[r]}), WithTimeline(timeline), WithCycleTime(time.Millisecond)}
+		if open != nil {
+			opts = append(opts, WithDataBackend(func(c backend.Backend) (backend.Backend, error) { return open(r, c) }))
+		}
+		return opts
+	})
+	return g, hs, errs, controlClosed
+}
+
+// checkNothingRuns checks that after a failed Init no rank has a background loop contributing to
+// a collective (one would within a few cycles of 1ms) and that every control backend is closed.
+func checkNothingRuns(t *testing.T, g *loopback, controlClosed []atomic.Bool) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond)
+	g.mu.Lock()
+	arrived := g.arrived
+	g.mu.Unlock()
+	if arrived != 0 {
+		t.Errorf("%d ranks entered a collective after Init failed", arrived)
+	}
+	for r := range controlClosed {
+		if !controlClosed[r].Load() {
+			t.Errorf("rank %d: control backend left open", r)
+		}
+	}
+}
+
+// The reviewer's hang: HOROVOD_TIMELINE is opened by rank 0 only, so a bad path failed rank 0
+// alone, which finalized while the others waited for it in their first negotiation.
+func TestTimelineFailingOnRankZeroFailsEveryRank(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "timeline.json")
+	g, hs, errs, controlClosed := setupJob(3, path, nil)
+	cause := fmt.Sprintf("HOROVOD_TIMELINE: open %s: no such file or directory", path)
+	for r, err := range errs {
+		if hs[r] != nil {
+			t.Fatalf("rank %d: Init succeeded", r)
+		}
+		want := fmt.Sprintf("horovod: rank %d: Init failed on ranks [0]: rank 0: %s", r, cause)
+		if err == nil || err.Error() != want {
+			t.Errorf("rank %d: got %v\nwant %s", r, err, want)
+		}
+		var se *SetupError
+		if !errors.As(err, &se) || se.Rank != r || !slices.Equal(se.Failed, []int{0}) {
+			t.Errorf("rank %d: %#v", r, err)
+		}
+		// Only rank 0's error is its own: the others were ready.
+		if errors.Is(err, fs.ErrNotExist) != (r == 0) {
+			t.Errorf("rank %d: errors.Is(err, fs.ErrNotExist) = %v", r, errors.Is(err, fs.ErrNotExist))
+		}
+	}
+	checkNothingRuns(t, g, controlClosed)
+}
+
+// A data backend that fails on some ranks after its own collectives: every rank fails, the ready
+// ranks close the data backend they opened, and rank 0 closes the timeline it created.
+func TestDataBackendFailingOnSomeRanksFailsEveryRank(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	dataClosed := make([]atomic.Bool, 4)
+	noGPU := errors.New("no GPU for this rank")
+	g, hs, errs, controlClosed := setupJob(4, path, func(r int, control backend.Backend) (backend.Backend, error) {
+		if err := control.Barrier(); err != nil { // the opener's own agreement: every rank makes it
+			return nil, err
+		}
+		if r == 1 || r == 3 {
+			return nil, fmt.Errorf("rank %d: %w", r, noGPU)
+		}
+		return closeRecorder{local.Backend{}, &dataClosed[r]}, nil
+	})
+	for r, err := range errs {
+		if hs[r] != nil {
+			t.Fatalf("rank %d: Init succeeded", r)
+		}
+		want := fmt.Sprintf("horovod: rank %d: Init failed on ranks [1 3]: "+
+			"rank 1: opening the data backend: rank 1: no GPU for this rank; "+
+			"rank 3: opening the data backend: rank 3: no GPU for this rank", r)
+		if err == nil || err.Error() != want {
+			t.Errorf("rank %d: got %v\nwant %s", r, err, want)
+		}
+		failed := r == 1 || r == 3
+		if errors.Is(err, noGPU) != failed {
+			t.Errorf("rank %d: errors.Is(err, noGPU) = %v", r, errors.Is(err, noGPU))
+		}
+		if !failed && !dataClosed[r].Load() {
+			t.Errorf("rank %d: the data backend it opened was left open", r)
+		}
+	}
+	checkNothingRuns(t, g, controlClosed)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []any
+	if err := json.Unmarshal(b, &events); err != nil || len(events) != 0 {
+		t.Errorf("rank 0's timeline was not closed as an empty trace: %v %q", err, b)
+	}
+}
+
+// brokenControl is a job of one rank whose collectives fail.
+type brokenControl struct{ local.Backend }
+
+func (brokenControl) Allgatherv(send, recv []byte, counts []int) error {
+	return errors.New("link down")
+}
+
+// When the agreement itself fails, the error says so and keeps this rank's own cause.
+func TestSetupAgreementFailureKeepsTheLocalCause(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "timeline.json")
+	_, err := Init(WithBackend(brokenControl{}), WithTimeline(path))
+	want := fmt.Sprintf("horovod: rank 0: agreeing on Init with the other ranks (error lengths): link down\n"+
+		"HOROVOD_TIMELINE: open %s: no such file or directory", path)
+	if err == nil || err.Error() != want || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}
