@@ -244,7 +244,10 @@ func (c *Comm) Barrier() error {
 }
 
 // Abort is MPI_Abort, called from the caller's thread: the MPI thread may be blocked in a
-// collective that will never complete, which is usually why Abort is called.
+// collective that will never complete, which is usually why Abort is called. That is the one
+// call made outside the MPI thread; MPI_THREAD_SERIALIZED leaves it undefined by the standard,
+// and we rely on OpenMPI's MPI_Abort, which only asks the runtime (ORTE) to kill the job and
+// touches no communicator state (the frozen-rank job of make test-mpi exercises it).
 func (c *Comm) Abort(code int) {
 	C.hvd_mpi_abort(C.int(code))
 	select {} // MPI_Abort does not return; if it did, never let the caller carry on.
