@@ -232,7 +232,8 @@ func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
 		t.Errorf("clipping made no difference (%g): the check cannot tell", d)
 	}
 
-	// A NaN anywhere: nothing changes, not even the step; the next finite step applies.
+	// A NaN anywhere: nothing changes, not even the step or the Adam slots: the next finite
+	// step then gives exactly the weights a fresh model gets from that step alone.
 	m := loadFixture(t)
 	before, after := m.NewFlatTensors(), m.NewFlatTensors()
 	if err := m.ReadVariables(before); err != nil {
@@ -256,6 +257,23 @@ func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
 	}
 	if r, err := m.Apply(g1, 1e-2, 1); err != nil || !r.Applied || r.GlobalStep != 1 {
 		t.Errorf("finite step after a skipped one: %+v %v", r, err)
+	}
+	if err := m.ReadVariables(after); err != nil {
+		t.Fatal(err)
+	}
+	fresh := loadFixture(t)
+	if _, err := fresh.Apply(g1, 1e-2, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := fresh.NewFlatTensors()
+	if err := fresh.ReadVariables(want); err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(after, want); d != 0 {
+		t.Errorf("g1 after a skipped NaN step vs g1 on a fresh model: weights differ by %g (the skip touched the optimizer state)", d)
+	}
+	if slices.Equal(before.Data, want.Data) {
+		t.Error("g1 did not change the weights; the comparison proves nothing")
 	}
 }
 
