@@ -277,6 +277,51 @@ func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
 	}
 }
 
+// Padding rows (IsRealExample 0), such as fill the last eval batch, must not count: Eval of a
+// batch with some equals Eval of its real rows alone. The padding rows keep real-looking
+// features and a label, so counting them would change every sum.
+func TestEvalIgnoresPaddingRows(t *testing.T) {
+	m := loadFixture(t)
+	mixed := separableBatch(rand.New(rand.NewPCG(21, 22)), 8)
+	padding := []int{1, 4, 5}
+	for _, i := range padding {
+		mixed.IsRealExample[i] = 0
+		mixed.LabelIDs[i] = 1 - mixed.LabelIDs[i] // wrong on purpose: counted, it would add loss
+	}
+	real := features.NewBatch(mixed.BatchSize-len(padding), seqLength)
+	r := 0
+	for i := range mixed.BatchSize {
+		if slices.Contains(padding, i) {
+			continue
+		}
+		row := mixed.Row(i)
+		copy(real.InputIDs[r*seqLength:], row.InputIDs)
+		copy(real.InputMask[r*seqLength:], row.InputMask)
+		copy(real.SegmentIDs[r*seqLength:], row.SegmentIDs)
+		real.LabelIDs[r], real.IsRealExample[r] = row.LabelID, 1
+		r++
+	}
+	got, err := m.Eval(mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.Eval(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Examples != real.BatchSize || want.Examples != real.BatchSize {
+		t.Errorf("examples: %d with padding, %d alone; want %d", got.Examples, want.Examples, real.BatchSize)
+	}
+	if got.Correct != want.Correct || math.Abs(got.LossSum-want.LossSum) > 1e-5*want.LossSum || want.LossSum <= 0 {
+		t.Errorf("with padding rows %+v, the real rows alone %+v", got, want)
+	}
+	// All padding: nothing counts.
+	clear(mixed.IsRealExample)
+	if none, err := m.Eval(mixed); err != nil || none != (EvalStats{}) {
+		t.Errorf("a batch of padding rows only: %+v %v, want zero sums", none, err)
+	}
+}
+
 func TestCheckpointRoundTripIncludesOptimizerState(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	b1, b2 := separableBatch(rng, 8), separableBatch(rng, 8)
