@@ -80,8 +80,9 @@ func fileSHA256(path string) (string, error) {
 // trainFeatures converts this rank's share of the training file into rankDir/train.tf_record
 // (run_classifier's file_based_convert_examples_to_features, with line i going to rank
 // i % size), or reuses the file a previous run wrote with the same inputs and settings. It
-// returns the file, its record count and whether it was reused.
-func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size int) (path string, cache trainCache, reused bool, err error) {
+// returns the file, its record count and whether it was reused. A signal stops the conversion
+// (errInterrupted), leaving neither file nor key.
+func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size int, stop *stopper) (path string, cache trainCache, reused bool, err error) {
 	path = filepath.Join(in.rankDir, "train.tf_record")
 	keyPath := path + ".key.json"
 	trainSum, err := fileSHA256(in.train)
@@ -123,6 +124,9 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	defer stream.Close()
 	n := 0
 	for {
+		if sig := stop.requested(); sig != nil {
+			return "", cache, false, errInterrupted{sig, "while converting the training data"}
+		}
 		b, err := stream.Next()
 		if err == io.EOF {
 			break

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
@@ -34,7 +36,7 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 
 	check := func(wantReused bool, wantExamples int) string {
 		t.Helper()
-		path, cache, reused, err := trainFeatures(c, in, conv, 1, 2)
+		path, cache, reused, err := trainFeatures(c, in, conv, 1, 2, &stopper{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,4 +78,21 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 	// A conversion killed before its key was written is not reused.
 	os.Remove(path + ".key.json")
 	check(false, 3)
+
+	// A signal stops the conversion before it commits: no key, so the next run converts again.
+	c.MaxTrainExamples = 0
+	signalled := &stopper{}
+	signalled.sig.Store(os.Signal(syscall.SIGINT))
+	_, _, _, err = trainFeatures(c, in, conv, 1, 2, signalled)
+	var intr errInterrupted
+	if !errors.As(err, &intr) || intr.sig != syscall.SIGINT {
+		t.Fatalf("conversion under SIGINT: err = %v", err)
+	}
+	if _, err := os.Stat(path + ".key.json"); !os.IsNotExist(err) {
+		t.Errorf("the interrupted conversion left its key: %v", err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(in.rankDir, ".*tmp*")); tmp != nil {
+		t.Errorf("the interrupted conversion left %v", tmp)
+	}
+	check(false, 6) // all 12 lines now: rank 1 keeps 6
 }

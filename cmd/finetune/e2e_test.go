@@ -389,3 +389,74 @@ func TestLockedBufferTakesStdoutAndStderrTogether(t *testing.T) {
 		t.Fatalf("%d lines (%d distinct) of 6000", len(lines), len(seen))
 	}
 }
+
+// startUntilOutput starts cmd and returns once its output holds want.
+func startUntilOutput(t *testing.T, cmd *exec.Cmd, want string) *lockedBuffer {
+	t.Helper()
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(out.String(), want) {
+			return out
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	t.Fatalf("no %q within 90s:\n%s", want, out.String())
+	return nil
+}
+
+// SIGINT outside the training loop stops at once: during evaluation (rank 0 alone, no
+// collective), with 128+SIGINT and no results file, and before training on 2 ranks, where the
+// rank that got it makes every rank stop before the first step, with no checkpoint.
+func TestSIGINTOutsideTrainingStopsPromptly(t *testing.T) {
+	model := tinyModel(t, true)
+	t.Run("evaluation", func(t *testing.T) {
+		data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+		writeData(t, data, 4, 40000, 4)
+		cmd := exec.Command(finetuneBinary(t), tinyFlags(model, data, out, "--do_eval", "--eval_batch_size=8")...)
+		cmd.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
+		log := startUntilOutput(t, cmd, "using the weights of")
+		sent := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		code, took := waitExit(t, cmd, sent, 30*time.Second)
+		t.Logf("SIGINT during evaluation: exit %d after %v", code, took.Round(time.Millisecond))
+		if code != 130 || !strings.Contains(log.String(), "finetune[rank 0]: interrupt: stopped during evaluation, exiting") ||
+			strings.Contains(log.String(), "Eval results") {
+			t.Errorf("exit %d (want 130), or no stop message, or results:\n%s", code, log.String())
+		}
+		entries, _ := os.ReadDir(out)
+		for _, e := range entries {
+			if strings.Contains(e.Name(), "eval_results") {
+				t.Errorf("%s written by an interrupted evaluation", e.Name())
+			}
+		}
+	})
+	t.Run("before training, 2 ranks", func(t *testing.T) {
+		data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+		writeData(t, data, 200000, 4, 4)
+		cmd := mpirun(t, 2, tinyFlags(model, data, out, "--do_train", "--train_batch_size=4")...)
+		log := startUntilOutput(t, cmd, "backend; model")
+		pids := rankPIDs(t, cmd.Process.Pid)
+		sent := time.Now()
+		if err := syscall.Kill(pids[1], syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		code, took := waitExit(t, cmd, sent, 60*time.Second)
+		output := log.String()
+		t.Logf("SIGINT to rank 1 before training: exit %d after %v", code, took.Round(time.Millisecond))
+		for r := range 2 {
+			if !regexp.MustCompile(fmt.Sprintf(`finetune\[rank %d\]: interrupt: stopped (during setup|before training), exiting`, r)).MatchString(output) {
+				t.Errorf("rank %d did not stop before training:\n%s", r, output)
+			}
+		}
+		if _, step, ok, err := checkpoint.Latest(out); ok || err != nil || code != 130 || strings.Contains(output, "Running training") {
+			t.Errorf("exit %d (want 130); checkpoint of step %d (%v, %v), or training started:\n%s", code, step, ok, err, output)
+		}
+	})
+}

@@ -22,7 +22,7 @@ func (j *job) evaluate(step int64) error {
 	var total bertgraph.EvalStats
 	var batchLoss float64
 	batches := 0
-	err = j.eachBatch(stream, func(b *features.Batch) error {
+	err = j.eachBatch(stream, "during evaluation", func(b *features.Batch) error {
 		st, err := j.model.Eval(b)
 		if err != nil {
 			return err
@@ -75,7 +75,7 @@ func (j *job) predict() error {
 		return err
 	}
 	defer out.Abort()
-	err = j.eachBatch(stream, func(b *features.Batch) error {
+	err = j.eachBatch(stream, "during prediction", func(b *features.Batch) error {
 		p, err := j.model.Predict(b)
 		if err != nil {
 			return err
@@ -92,11 +92,12 @@ func (j *job) predict() error {
 	return nil
 }
 
-// eachBatch feeds every batch of stream to f, stopping early when a signal arrives.
-func (j *job) eachBatch(stream *features.Stream, f func(*features.Batch) error) error {
+// eachBatch feeds every batch of stream to f, stopping early when a signal arrives (rank 0
+// alone runs it, so it stops without asking the others).
+func (j *job) eachBatch(stream *features.Stream, phase string, f func(*features.Batch) error) error {
 	for {
 		if sig := j.stop.requested(); sig != nil {
-			return errInterrupted{sig}
+			return errInterrupted{sig, phase}
 		}
 		b, err := stream.Next()
 		if err == io.EOF {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/term"
 
@@ -34,8 +35,12 @@ type job struct {
 	console    *console
 }
 
-// errInterrupted ends a run stopped by a signal after its checkpoint was written.
-type errInterrupted struct{ sig os.Signal }
+// errInterrupted ends a run stopped by a signal: in the training loop after rank 0 wrote the
+// checkpoint of the last step (during == ""), elsewhere at once, leaving no partial output.
+type errInterrupted struct {
+	sig    os.Signal
+	during string // the phase cut short, "" for the training loop
+}
 
 func (e errInterrupted) Error() string { return fmt.Sprintf("stopped by %v", e.sig) }
 
@@ -68,8 +73,11 @@ func run(args []string) int {
 	}
 	var intr errInterrupted
 	switch {
-	case errors.As(err, &intr):
+	case errors.As(err, &intr) && intr.during == "":
 		j.console.rankf("%v: exiting after the checkpoint of the last step", intr.sig)
+		return exitCode(intr.sig)
+	case errors.As(err, &intr):
+		j.console.rankf("%v: stopped %s, exiting", intr.sig, intr.during)
 		return exitCode(intr.sig)
 	case err != nil:
 		j.console.errorf("%v", err)
@@ -139,6 +147,9 @@ func (j *job) run() error {
 		}
 	}
 	if j.cfg.DoTrain && j.cfg.ExportDir != "none" {
+		if sig := j.stop.requested(); sig != nil {
+			return errInterrupted{sig, "before the export"}
+		}
 		return j.export(step)
 	}
 	return nil
@@ -146,28 +157,37 @@ func (j *job) run() error {
 
 // setup validates the inputs, loads the model and checks it against the flags on every rank,
 // then makes the ranks agree that all of them are ready: a rank that cannot start fails the
-// whole job with its reason, before any training, and no rank waits for it forever.
+// whole job with its reason, before any training, and no rank waits for it forever. A signal
+// that arrived meanwhile, on any rank, stops every rank here.
 func (j *job) setup() error {
 	err := j.prepare()
+	status := int32(1) // 1 ready, 0 failed, -n signal n
+	if err != nil {
+		status = 0
+	} else if sig := j.stop.requested(); sig != nil {
+		status = -int32(signalNumber(sig))
+	}
+	statuses := []int32{status}
 	if j.size > 1 {
-		ok := int32(1)
-		if err != nil {
-			ok = 0
-		}
-		t, _ := horovod.NewTensor([]int{1}, []int32{ok})
+		t, _ := horovod.NewTensor([]int{1}, statuses)
 		all, aerr := j.hvd.Allgather("finetune/setup", t)
 		if aerr != nil {
 			return errors.Join(err, aerr)
 		}
-		flags, _ := horovod.Values[int32](all)
+		statuses, _ = horovod.Values[int32](all)
 		var failed []string
-		for r, f := range flags {
+		for r, f := range statuses {
 			if f == 0 {
 				failed = append(failed, strconv.Itoa(r))
 			}
 		}
 		if err == nil && failed != nil {
 			err = fmt.Errorf("rank(s) %s could not start (see their errors); stopping before training", strings.Join(failed, ", "))
+		}
+	}
+	for _, s := range statuses {
+		if err == nil && s < 0 {
+			err = errInterrupted{syscall.Signal(-s), "during setup"}
 		}
 	}
 	if err != nil && j.model != nil {

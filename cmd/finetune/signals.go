@@ -44,8 +44,17 @@ func (s *stopper) close() { signal.Stop(s.ch) }
 
 // exitCode is the shell's 128 + signal number.
 func exitCode(sig os.Signal) int {
-	if n, ok := sig.(syscall.Signal); ok {
-		return 128 + int(n)
+	if n := signalNumber(sig); n != 0 {
+		return 128 + n
 	}
 	return 1
+}
+
+// signalNumber is the number of a signal the stopper catches (SIGINT, SIGTERM), which the ranks
+// exchange to agree on a stop; 0 for another kind.
+func signalNumber(sig os.Signal) int {
+	if n, ok := sig.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 0
 }

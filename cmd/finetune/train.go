@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,18 +24,31 @@ const maxConsecutiveSkips = 100
 // train runs the training phase and returns the global step reached.
 func (j *job) train() (int64, error) {
 	c := &j.cfg
-	path, cache, reused, err := trainFeatures(c, j.in, j.conv, j.rank, j.size)
+	path, cache, reused, err := trainFeatures(c, j.in, j.conv, j.rank, j.size, j.stop)
+	var intr errInterrupted
+	if err != nil && !errors.As(err, &intr) {
+		return 0, err
+	}
+	if err == nil {
+		how := "converted"
+		if reused {
+			how = "reused"
+		}
+		j.console.rankf("%d training examples (%s %s), %d bad lines skipped", cache.Examples, how, path, cache.Skipped)
+	}
+	// A signal that arrived before training, on any rank, stops every rank here.
+	var sig int64
+	if s := j.stop.requested(); s != nil {
+		sig = int64(signalNumber(s))
+	}
+	perRank, err := j.gatherInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped), sig)
 	if err != nil {
 		return 0, err
 	}
-	how := "converted"
-	if reused {
-		how = "reused"
-	}
-	j.console.rankf("%d training examples (%s %s), %d bad lines skipped", cache.Examples, how, path, cache.Skipped)
-	perRank, err := j.gatherInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped))
-	if err != nil {
-		return 0, err
+	for _, row := range perRank {
+		if row[2] != 0 {
+			return 0, errInterrupted{syscall.Signal(row[2]), "before training"}
+		}
 	}
 	examples, skipped, err := j.checkShards(perRank)
 	if err != nil {
@@ -230,7 +244,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 		stats[0], stats[1], stats[2] = float64(st.Loss), float64(st.Correct), float64(st.Examples)
 		stop[0] = 0
 		if sig := j.stop.requested(); sig != nil {
-			stop[0] = int32(exitCode(sig) - 128)
+			stop[0] = int32(signalNumber(sig))
 		}
 		// The statistics travel beside the gradients: submitted first, they negotiate in the
 		// same cycle as the reducer's tensors.
@@ -301,7 +315,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 		if err := j.hvd.Barrier(); err != nil {
 			return step, err
 		}
-		return step, errInterrupted{interrupted}
+		return step, errInterrupted{interrupted, ""}
 	}
 	return step, nil
 }
