@@ -5,6 +5,7 @@
 #                     (IMDB, 2 labels) in .cache/model/imdb_minilm/, and a tiny one (2 layers,
 #                     hidden 32, random weights) in .cache/model/tiny/ for quick runs
 #   make bench-model  train step + apply driven from Go vs the same signatures from Python TF
+#   make test-bertgraph-race  the bertgraph concurrency tests under the race detector
 
 MODEL_DIR            := $(CACHE)/model
 MODEL_MAX_SEQ_LENGTH ?= 128
@@ -20,7 +21,7 @@ EXPORTER_SRC         := $(addprefix $(EXPORTER_PY)/,config.py checkpoint.py mode
 # printed only when the export fails.
 EXPORT               := cd $(ROOT) && TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m bertgraph.exporter.export
 
-.PHONY: model bench-model
+.PHONY: model bench-model test-bertgraph-race
 SETUP_TARGETS += model
 model: $(MINILM_CKPT_DIR)/.stamp $(DEFAULT_MODEL_DIR)/.stamp $(TINY_MODEL_DIR)/.stamp
 
@@ -54,3 +55,10 @@ BENCH_TARGETS += bench-model
 bench-model: model
 	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply/tiny' -benchtime 20x ./bertgraph/
 	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply/imdb_minilm' -benchtime 4x ./bertgraph/
+
+# The race detector over what runs concurrently: features' parallel streaming conversion and
+# the Classifier's concurrent Predict (the subtest of the serving export test); ~30 s.
+TEST_TARGETS += test-bertgraph-race
+test-bertgraph-race: venv tflib
+	$(GO) test -race -count=1 -run Stream ./bertgraph/features
+	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -race -count=1 -run '^TestExportedServingModelPredictsLikeGo$$' ./bertgraph
