@@ -11,12 +11,18 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
 // Graph is a TensorFlow graph. LoadSavedModel fills one; NewGraph and Import build one from a
-// serialized GraphDef. Lookups are safe for concurrent use.
+// serialized GraphDef. Lookups are safe for concurrent use, also with Close: after Close,
+// Operation returns nil, the methods that return an error fail with ErrClosed, and those of
+// its Operations and Outputs return zero values (Shape an error).
 type Graph struct {
+	// mu guards c: the methods hold it for reading while they use c, Close for writing, so
+	// Close waits for the lookups in flight and the later ones see c == nil.
+	mu      sync.RWMutex
 	c       *C.TF_Graph
 	cleanup runtime.Cleanup
 }
@@ -32,7 +38,12 @@ func NewGraph() *Graph {
 
 // Close frees the graph. TensorFlow keeps it alive until the sessions using it are closed.
 func (g *Graph) Close() {
-	if g == nil || g.c == nil {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.c == nil {
 		return
 	}
 	g.cleanup.Stop()
@@ -53,14 +64,25 @@ func (g *Graph) Import(graphDef []byte, prefix string) error {
 	cprefix := C.CString(prefix)
 	defer C.free(unsafe.Pointer(cprefix))
 	C.TF_ImportGraphDefOptionsSetPrefix(opts, cprefix)
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.c == nil {
+		return errClosed("graph")
+	}
 	st := newStatus()
 	defer st.delete()
 	C.TF_GraphImportGraphDef(g.c, buf, opts, st.c)
 	return st.err("import GraphDef")
 }
 
-// Operation returns the operation with the given name, or nil when there is none.
+// Operation returns the operation with the given name, or nil when there is none or the graph
+// is closed.
 func (g *Graph) Operation(name string) *Operation {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.c == nil {
+		return nil
+	}
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	c := C.TF_GraphOperationByName(g.c, cname)
@@ -71,8 +93,13 @@ func (g *Graph) Operation(name string) *Operation {
 	return &Operation{c: c, g: g}
 }
 
-// Operations lists every operation of the graph, in TensorFlow's order.
+// Operations lists every operation of the graph, in TensorFlow's order (none once closed).
 func (g *Graph) Operations() []*Operation {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.c == nil {
+		return nil
+	}
 	var ops []*Operation
 	var pos C.size_t
 	for {
@@ -94,12 +121,21 @@ func (g *Graph) Output(name string) (Output, error) {
 	}
 	o := g.Operation(op)
 	if o == nil {
+		if g.closed() {
+			return Output{}, fmt.Errorf("tf: tensor %q: %w", name, errClosed("graph"))
+		}
 		return Output{}, fmt.Errorf("tf: tensor %q: no operation %q in the graph", name, op)
 	}
 	if index >= o.NumOutputs() {
 		return Output{}, fmt.Errorf("tf: tensor %q: operation %q (%s) has %d outputs", name, op, o.Type(), o.NumOutputs())
 	}
 	return Output{Op: o, Index: index}, nil
+}
+
+func (g *Graph) closed() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.c == nil
 }
 
 // ParseTensorName splits a tensor name "op:index" into the operation name and the output
@@ -125,17 +161,38 @@ type Operation struct {
 	g *Graph
 }
 
-// Name is the operation's unique name in its graph.
-func (op *Operation) Name() string { return C.GoString(C.TF_OperationName(op.c)) }
+// describe returns what f reads from the operation, or the zero value once the graph is
+// closed: the TF_Operation is freed with the graph.
+func describe[T any](op *Operation, f func(*C.TF_Operation) T) T {
+	op.g.mu.RLock()
+	defer op.g.mu.RUnlock()
+	if op.g.c == nil {
+		var zero T
+		return zero
+	}
+	return f(op.c)
+}
 
-// Type is the operation's type, e.g. "MatMul".
-func (op *Operation) Type() string { return C.GoString(C.TF_OperationOpType(op.c)) }
+// Name is the operation's unique name in its graph ("" once the graph is closed).
+func (op *Operation) Name() string {
+	return describe(op, func(c *C.TF_Operation) string { return C.GoString(C.TF_OperationName(c)) })
+}
 
-// Device is the device the operation was placed on in the GraphDef ("" when unset).
-func (op *Operation) Device() string { return C.GoString(C.TF_OperationDevice(op.c)) }
+// Type is the operation's type, e.g. "MatMul" ("" once the graph is closed).
+func (op *Operation) Type() string {
+	return describe(op, func(c *C.TF_Operation) string { return C.GoString(C.TF_OperationOpType(c)) })
+}
 
-// NumOutputs is the number of tensors the operation produces.
-func (op *Operation) NumOutputs() int { return int(C.TF_OperationNumOutputs(op.c)) }
+// Device is the device the operation was placed on in the GraphDef ("" when unset or once the
+// graph is closed).
+func (op *Operation) Device() string {
+	return describe(op, func(c *C.TF_Operation) string { return C.GoString(C.TF_OperationDevice(c)) })
+}
+
+// NumOutputs is the number of tensors the operation produces (0 once the graph is closed).
+func (op *Operation) NumOutputs() int {
+	return describe(op, func(c *C.TF_Operation) int { return int(C.TF_OperationNumOutputs(c)) })
+}
 
 // Output is the operation's i-th output.
 func (op *Operation) Output(i int) Output { return Output{Op: op, Index: i} }
@@ -153,12 +210,39 @@ func (o Output) Name() string { return o.Op.Name() + ":" + strconv.Itoa(o.Index)
 
 func (o Output) String() string { return o.Name() }
 
-// DataType is the type of the tensor.
-func (o Output) DataType() DataType { return DataType(C.TF_OperationOutputType(o.c())) }
+// checkLocked tells why o is not an output of an open graph; the caller holds o.Op.g.mu.
+func (o Output) checkLocked() error {
+	if o.Op.g.c == nil {
+		return errClosed("graph")
+	}
+	return nil
+}
+
+// check tells why o is not an output of an open graph.
+func (o Output) check() error {
+	o.Op.g.mu.RLock()
+	defer o.Op.g.mu.RUnlock()
+	return o.checkLocked()
+}
+
+// DataType is the type of the tensor; 0 (invalid) when o is not an output of an open graph.
+func (o Output) DataType() DataType {
+	o.Op.g.mu.RLock()
+	defer o.Op.g.mu.RUnlock()
+	if o.checkLocked() != nil {
+		return 0
+	}
+	return DataType(C.TF_OperationOutputType(o.c()))
+}
 
 // Shape is the static shape the graph knows for the tensor: dimensions of -1 are unknown, and
 // ok is false when even the rank is unknown.
 func (o Output) Shape() (dims []int64, ok bool, err error) {
+	o.Op.g.mu.RLock()
+	defer o.Op.g.mu.RUnlock()
+	if err := o.checkLocked(); err != nil {
+		return nil, false, err
+	}
 	st := newStatus()
 	defer st.delete()
 	n := C.TF_GraphGetTensorNumDims(o.Op.g.c, o.c(), st.c)

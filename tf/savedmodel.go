@@ -17,7 +17,8 @@ import (
 
 // SavedModel is a SavedModel loaded into a session: its graph, its signatures (sorted by key)
 // and its SaverDef. TF2 SavedModels have their variables restored by the load; TF1 ones run
-// their init/main op. Close closes the session and frees the graph.
+// their init/main op. Close closes the session and frees the graph; it waits for the calls in
+// flight, and later calls fail with ErrClosed.
 type SavedModel struct {
 	Dir        string
 	Tags       []string
@@ -29,6 +30,9 @@ type SavedModel struct {
 
 	// resolved holds the graph Outputs of every signature's inputs and outputs.
 	resolved map[string]resolvedSignature
+	// gate holds the calls in flight (RunSignature, Save, Restore): they use the graph
+	// before they reach the session, so closing the session alone would not be enough.
+	gate gate
 }
 
 type resolvedSignature struct {
@@ -131,8 +135,12 @@ func (m *SavedModel) resolve() error {
 	return nil
 }
 
-// Close closes the session, waiting for runs in flight, and frees the graph.
+// Close waits for the calls in flight, closes the session and frees the graph. Later calls
+// return nil.
 func (m *SavedModel) Close() error {
+	if !m.gate.close() {
+		return nil
+	}
 	err := m.Session.Close()
 	m.Graph.Close()
 	return err
@@ -156,6 +164,10 @@ func (m *SavedModel) Signature(key string) (*Signature, error) {
 // signature's inputs, and returns the outputs named by outputKeys in that order (none named:
 // every output, in the order of Signature.Outputs). The caller closes the returned tensors.
 func (m *SavedModel) RunSignature(key string, inputs map[string]*Tensor, outputKeys ...string) ([]*Tensor, error) {
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	defer m.gate.exit()
 	sig, err := m.Signature(key)
 	if err != nil {
 		return nil, err
@@ -194,6 +206,10 @@ func (m *SavedModel) RunSignature(key string, inputs map[string]*Tensor, outputK
 // Save writes the variables to the checkpoint prefix (files prefix.index and prefix.data-*)
 // through the SaverDef, and returns the prefix TensorFlow reports having written.
 func (m *SavedModel) Save(prefix string) (string, error) {
+	if err := m.enter(); err != nil {
+		return "", err
+	}
+	defer m.gate.exit()
 	context := fmt.Sprintf("save %s to checkpoint %s", m.Dir, prefix)
 	feeds, err := m.saverFeed(prefix, context)
 	if err != nil {
@@ -223,6 +239,10 @@ func (m *SavedModel) Save(prefix string) (string, error) {
 
 // Restore reads the variables from the checkpoint prefix through the SaverDef.
 func (m *SavedModel) Restore(prefix string) error {
+	if err := m.enter(); err != nil {
+		return err
+	}
+	defer m.gate.exit()
 	context := fmt.Sprintf("restore %s from checkpoint %s", m.Dir, prefix)
 	feeds, err := m.saverFeed(prefix, context)
 	if err != nil {
@@ -238,6 +258,14 @@ func (m *SavedModel) Restore(prefix string) error {
 	}
 	_, err = m.Session.run(feeds, nil, []*Operation{op}, context)
 	return err
+}
+
+// enter registers a call in flight, which must call m.gate.exit; it fails once Close has started.
+func (m *SavedModel) enter() error {
+	if !m.gate.enter() {
+		return errClosed("SavedModel " + m.Dir)
+	}
+	return nil
 }
 
 func (m *SavedModel) saverFeed(prefix, context string) (map[Output]*Tensor, error) {

@@ -11,22 +11,15 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 )
-
-// ErrClosed is returned by Run and friends on a closed session.
-var ErrClosed = errors.New("tf: session is closed")
 
 // Session runs a Graph. Run is safe for concurrent use; Close waits for the runs in flight.
 // A cleanup closes a session that is garbage collected without Close.
 type Session struct {
-	c     *C.TF_Session
-	graph *Graph
-
-	mu       sync.Mutex
-	closed   bool
-	inFlight sync.WaitGroup
-	cleanup  runtime.Cleanup
+	c       *C.TF_Session
+	graph   *Graph
+	gate    gate // runs in flight; Close shuts it before freeing c
+	cleanup runtime.Cleanup
 }
 
 // NewSession starts a session on g with the given options (nil: TensorFlow's defaults).
@@ -36,6 +29,11 @@ func NewSession(g *Graph, opts *SessionOptions) (*Session, error) {
 		return nil, err
 	}
 	defer C.TF_DeleteSessionOptions(copts)
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.c == nil {
+		return nil, errClosed("graph")
+	}
 	st := newStatus()
 	defer st.delete()
 	c := C.TF_NewSession(g.c, copts, st.c)
@@ -62,27 +60,19 @@ func deleteSession(c *C.TF_Session) {
 // Graph is the graph the session runs.
 func (s *Session) Graph() *Graph { return s.graph }
 
-// enter registers a run in flight; it fails once Close has started.
+// enter registers a run in flight, which must call s.gate.exit; it fails once Close has started.
 func (s *Session) enter() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	if !s.gate.enter() {
+		return errClosed("session")
 	}
-	s.inFlight.Add(1)
 	return nil
 }
 
 // Close waits for the runs in flight, then closes and frees the session. Later calls return nil.
 func (s *Session) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.gate.close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	s.inFlight.Wait()
 	s.cleanup.Stop()
 	st := newStatus()
 	defer st.delete()
@@ -105,7 +95,7 @@ func (s *Session) run(feeds map[Output]*Tensor, fetches []Output, targets []*Ope
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.inFlight.Done()
+	defer s.gate.exit()
 
 	inputs := make([]C.TF_Output, 0, len(feeds))
 	values := make([]*C.TF_Tensor, 0, len(feeds))
@@ -178,6 +168,9 @@ func checkFeed(o Output, t *Tensor) error {
 	if t == nil || t.c == nil {
 		return fmt.Errorf("tf: feed %s: nil or closed tensor", o.Name())
 	}
+	if err := o.check(); err != nil {
+		return fmt.Errorf("tf: feed: %w", err)
+	}
 	if want := o.DataType(); t.dtype != want {
 		return fmt.Errorf("tf: feed %s: got %s%s, the graph wants %s", o.Name(), t.dtype, shapeString(t.shape), want)
 	}
@@ -208,7 +201,7 @@ func (s *Session) ListDevices() ([]Device, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	defer s.inFlight.Done()
+	defer s.gate.exit()
 	st := newStatus()
 	defer st.delete()
 	list := C.TF_SessionListDevices(s.c, st.c)
