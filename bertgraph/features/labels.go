@@ -1,6 +1,7 @@
 package features
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -49,20 +50,10 @@ func SortedLabels(names []string) (*Labels, error) {
 		slices.SortFunc(set, func(a, b string) int {
 			x, _ := strconv.ParseInt(a, 10, 64)
 			y, _ := strconv.ParseInt(b, 10, 64)
-			return compareInt(x, y)
+			return cmp.Compare(x, y)
 		})
 	}
 	return NewLabels(set)
-}
-
-func compareInt(x, y int64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
 }
 
 // LabelsFromFile reads every data line of a training file (all ranks' lines, whatever
