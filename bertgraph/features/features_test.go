@@ -217,8 +217,14 @@ func TestSeedReaderShards(t *testing.T) {
 			t.Errorf("size %d: ranks read %d examples, file has %d", size, total, n)
 		}
 	}
-	if _, err := Open(path, ReadOptions{Rank: 2, Size: 2}); err == nil {
-		t.Error("rank 2 of 2 accepted")
+	for _, bad := range []struct{ rank, size, shown int }{{2, 2, 2}, {-1, 2, 2}, {0, -1, -1}, {1, 0, 1}} {
+		want := fmt.Sprintf("features: rank %d of size %d is not a valid shard", bad.rank, bad.shown)
+		if _, err := Open(path, ReadOptions{Rank: bad.rank, Size: bad.size}); err == nil || err.Error() != want {
+			t.Errorf("rank %d of size %d: %v, want %q", bad.rank, bad.size, err, want)
+		}
+	}
+	if size, err := ShardSize(0, 0); size != 1 || err != nil {
+		t.Errorf("ShardSize(0, 0) = %d, %v; want 1 (size 0 is one process)", size, err)
 	}
 }
 

@@ -75,13 +75,23 @@ type Reader struct {
 	nCols, colA, colB, colLabel int
 }
 
+// ShardSize checks that rank is one of size processes' shards and returns size, 0 meaning 1
+// (a single process). The readers of every input format (this package's, tfrecord's) use it.
+func ShardSize(rank, size int) (int, error) {
+	if size == 0 {
+		size = 1
+	}
+	if size < 0 || rank < 0 || rank >= size {
+		return 0, fmt.Errorf("rank %d of size %d is not a valid shard", rank, size)
+	}
+	return size, nil
+}
+
 // Open opens path for reading one rank's examples. A GLUE file's header is read and checked here.
 func Open(path string, opts ReadOptions) (*Reader, error) {
-	if opts.Size == 0 {
-		opts.Size = 1
-	}
-	if opts.Size < 0 || opts.Rank < 0 || opts.Rank >= opts.Size {
-		return nil, fmt.Errorf("features: rank %d of size %d is not a valid shard", opts.Rank, opts.Size)
+	var err error
+	if opts.Size, err = ShardSize(opts.Rank, opts.Size); err != nil {
+		return nil, fmt.Errorf("features: %w", err)
 	}
 	f, err := os.Open(path)
 	if err != nil {

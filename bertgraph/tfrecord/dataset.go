@@ -51,11 +51,9 @@ type Record struct {
 
 // OpenDataset checks that every path can be opened and returns a Dataset over them.
 func OpenDataset(paths []string, opts DatasetOptions) (*Dataset, error) {
-	if opts.Size == 0 {
-		opts.Size = 1
-	}
-	if opts.Size < 0 || opts.Rank < 0 || opts.Rank >= opts.Size {
-		return nil, fmt.Errorf("tfrecord: rank %d of size %d is not a valid shard", opts.Rank, opts.Size)
+	var err error
+	if opts.Size, err = features.ShardSize(opts.Rank, opts.Size); err != nil {
+		return nil, fmt.Errorf("tfrecord: %w", err)
 	}
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("tfrecord: no input files")

@@ -282,6 +282,9 @@ func take(t *testing.T, d *Dataset, n int) []int {
 func TestDatasetShardShuffleRepeat(t *testing.T) {
 	paths := writeIndexed(t, t.TempDir(), 3, 34) // records 0..101 over three files
 	const total = 102
+	if _, err := OpenDataset(paths, DatasetOptions{Rank: 3, Size: 3}); err == nil || err.Error() != "tfrecord: rank 3 of size 3 is not a valid shard" {
+		t.Errorf("rank 3 of size 3: %v", err)
+	}
 	// Sharding: rank r gets records r, r+size, ... across file boundaries.
 	seen := map[int]bool{}
 	for rank := range 3 {
