@@ -27,6 +27,8 @@ import "C"
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"runtime"
 	"strings"
 	"unsafe"
@@ -129,15 +131,30 @@ func shapeString(shape []int64) string {
 	return "[" + strings.Join(s, ",") + "]"
 }
 
-// checkShape validates a shape for n values.
-func checkShape(shape []int64, n int) error {
+// maxRank is TensorShape::MaxDimensions().
+const maxRank = 254
+
+// checkShape validates a shape for n values of elemSize bytes. TensorFlow aborts the process
+// (a failed CHECK) on a shape of more than maxRank dimensions or whose element count
+// overflows int64 at any dimension, so those are errors here, as is a byte size past int64.
+func checkShape(shape []int64, n, elemSize int) error {
+	if len(shape) > maxRank {
+		return fmt.Errorf("tf: shape of %d dimensions, TensorFlow allows %d", len(shape), maxRank)
+	}
+	limit := uint64(math.MaxInt64 / elemSize)
+	elems := uint64(1)
 	for _, d := range shape {
 		if d < 0 {
 			return fmt.Errorf("tf: shape %v has a negative dimension", shape)
 		}
+		hi, lo := bits.Mul64(elems, uint64(d))
+		if hi != 0 || lo > limit {
+			return fmt.Errorf("tf: shape %v has more than %d elements of %d bytes", shape, limit, elemSize)
+		}
+		elems = lo
 	}
-	if numElements(shape) != int64(n) {
-		return fmt.Errorf("tf: shape %v holds %d values, got %d", shape, numElements(shape), n)
+	if elems != uint64(n) {
+		return fmt.Errorf("tf: shape %v holds %d values, got %d", shape, elems, n)
 	}
 	return nil
 }
@@ -163,7 +180,7 @@ func data[T any](c *C.TF_Tensor, n int) []T {
 }
 
 func newFixed[T Scalar | uint16](dtype DataType, values []T, shape []int64) (*Tensor, error) {
-	if err := checkShape(shape, len(values)); err != nil {
+	if err := checkShape(shape, len(values), dtype.byteSize()); err != nil {
 		return nil, err
 	}
 	c := allocate(dtype, shape, len(values)*dtype.byteSize())
@@ -186,7 +203,7 @@ func NewFloat16Tensor(bits []uint16, shape ...int64) (*Tensor, error) {
 // NewStringTensor makes a string tensor; each Go string becomes one element (bytes, not
 // necessarily UTF-8).
 func NewStringTensor(values []string, shape ...int64) (*Tensor, error) {
-	if err := checkShape(shape, len(values)); err != nil {
+	if err := checkShape(shape, len(values), C.sizeof_TF_TString); err != nil {
 		return nil, err
 	}
 	c := C.gorovod_new_strings(dimsPtr(shape), C.int(len(shape)), C.int64_t(len(values)))

@@ -98,6 +98,14 @@ func TestNewTensorShapeErrors(t *testing.T) {
 		{[]int64{2, 2}, "shape [2 2] holds 4 values, got 3"},
 		{nil, "shape [] holds 1 values, got 3"},
 		{[]int64{-1, 3}, "negative dimension"},
+		// Products that wrap around to 0 or to 3 would pass a plain product check, and
+		// TensorFlow would abort the process on them.
+		{[]int64{1 << 62, 4, 0}, "more than 2305843009213693951 elements of 4 bytes"},
+		{[]int64{1 << 32, 1 << 32}, "more than"},
+		{[]int64{1 << 32, 1 << 32, 1 << 32, 1 << 32, 3}, "more than"},
+		{[]int64{math.MaxInt64, math.MaxInt64}, "more than"},
+		{[]int64{1 << 61, 0}, "more than"}, // 2^61 int32 elements are 2^63 bytes
+		{make([]int64, maxRank+1), "255 dimensions, TensorFlow allows 254"},
 	} {
 		if _, err := NewTensor([]int32{1, 2, 3}, tc.shape...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("shape %v: %v, want %q", tc.shape, err, tc.want)
@@ -106,6 +114,25 @@ func TestNewTensorShapeErrors(t *testing.T) {
 	if _, err := NewStringTensor([]string{"a"}, 2); err == nil {
 		t.Error("a string tensor with too few values")
 	}
+	if _, err := NewStringTensor(nil, 1<<62, 1<<2); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("a string tensor of 2^64 elements: %v", err)
+	}
+	if _, err := NewTensor([]float32{}, 1<<62, 4); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("a float32 tensor of 2^64 elements: %v", err)
+	}
+	if _, err := NewFloat16Tensor(nil, 1<<32, 1<<32); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("a float16 tensor of 2^64 elements: %v", err)
+	}
+	// The largest shapes that fit are accepted as far as the shape goes.
+	ones := make([]int64, maxRank)
+	for i := range ones {
+		ones[i] = 1
+	}
+	x, err := NewTensor([]int32{7}, ones...)
+	if err != nil || len(x.Shape()) != maxRank {
+		t.Errorf("a shape of %d ones: %v", maxRank, err)
+	}
+	x.Close()
 }
 
 func TestValuesReusesBuffer(t *testing.T) {
