@@ -194,7 +194,8 @@ func (op *Operation) NumOutputs() int {
 	return describe(op, func(c *C.TF_Operation) int { return int(C.TF_OperationNumOutputs(c)) })
 }
 
-// Output is the operation's i-th output.
+// Output is the operation's i-th output. The index is checked where the output is used:
+// Session.Run, DataType and Shape reject one out of range.
 func (op *Operation) Output(i int) Output { return Output{Op: op, Index: i} }
 
 // Output is one tensor produced by an operation, named "op:index".
@@ -215,11 +216,20 @@ func (o Output) checkLocked() error {
 	if o.Op.g.c == nil {
 		return errClosed("graph")
 	}
+	// TensorFlow does not check the index: it would read past the operation's outputs.
+	if n := int(C.TF_OperationNumOutputs(o.Op.c)); o.Index < 0 || o.Index >= n {
+		name := C.GoString(C.TF_OperationName(o.Op.c))
+		return fmt.Errorf("tf: output %s:%d: operation %q (%s) has %d outputs", name, o.Index, name, C.GoString(C.TF_OperationOpType(o.Op.c)), n)
+	}
 	return nil
 }
 
-// check tells why o is not an output of an open graph.
+// check tells why o is not an output of an open graph: a zero Output, a closed graph or an
+// index out of range.
 func (o Output) check() error {
+	if o.Op == nil {
+		return fmt.Errorf("tf: output %d of no operation (a zero Output)", o.Index)
+	}
 	o.Op.g.mu.RLock()
 	defer o.Op.g.mu.RUnlock()
 	return o.checkLocked()
@@ -227,6 +237,9 @@ func (o Output) check() error {
 
 // DataType is the type of the tensor; 0 (invalid) when o is not an output of an open graph.
 func (o Output) DataType() DataType {
+	if o.Op == nil {
+		return 0
+	}
 	o.Op.g.mu.RLock()
 	defer o.Op.g.mu.RUnlock()
 	if o.checkLocked() != nil {
@@ -238,6 +251,9 @@ func (o Output) DataType() DataType {
 // Shape is the static shape the graph knows for the tensor: dimensions of -1 are unknown, and
 // ok is false when even the rank is unknown.
 func (o Output) Shape() (dims []int64, ok bool, err error) {
+	if o.Op == nil {
+		return nil, false, o.check()
+	}
 	o.Op.g.mu.RLock()
 	defer o.Op.g.mu.RUnlock()
 	if err := o.checkLocked(); err != nil {

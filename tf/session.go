@@ -100,7 +100,7 @@ func (s *Session) run(feeds map[Output]*Tensor, fetches []Output, targets []*Ope
 	inputs := make([]C.TF_Output, 0, len(feeds))
 	values := make([]*C.TF_Tensor, 0, len(feeds))
 	for o, t := range feeds {
-		if err := checkFeed(o, t); err != nil {
+		if err := s.checkFeed(o, t); err != nil {
 			return nil, withContext(context, err)
 		}
 		inputs = append(inputs, o.c())
@@ -108,11 +108,20 @@ func (s *Session) run(feeds map[Output]*Tensor, fetches []Output, targets []*Ope
 	}
 	outputs := make([]C.TF_Output, len(fetches))
 	for i, o := range fetches {
+		if err := s.checkOutput(o); err != nil {
+			return nil, withContext(context, err)
+		}
 		outputs[i] = o.c()
 	}
 	results := make([]*C.TF_Tensor, len(fetches))
 	ops := make([]*C.TF_Operation, len(targets))
 	for i, op := range targets {
+		if op == nil {
+			return nil, withContext(context, fmt.Errorf("tf: target %d is a nil operation", i))
+		}
+		if op.g != s.graph {
+			return nil, withContext(context, fmt.Errorf("tf: target %s is an operation of another graph than the session's", op.Name()))
+		}
 		ops[i] = op.c
 	}
 
@@ -163,13 +172,25 @@ func runContext(context string, fetches []Output, targets []*Operation) string {
 	return "run " + strings.Join(names, ", ")
 }
 
+// checkOutput tells why o cannot be fed or fetched in s. TensorFlow would read out of bounds
+// on a bad index, and would look an output of another graph up by name in the session's.
+func (s *Session) checkOutput(o Output) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if o.Op.g != s.graph {
+		return fmt.Errorf("tf: output %s is of another graph than the session's", o.Name())
+	}
+	return nil
+}
+
 // checkFeed tells whether t fits the static type and shape of the tensor it replaces.
-func checkFeed(o Output, t *Tensor) error {
+func (s *Session) checkFeed(o Output, t *Tensor) error {
+	if err := s.checkOutput(o); err != nil {
+		return err
+	}
 	if t == nil || t.c == nil {
 		return fmt.Errorf("tf: feed %s: nil or closed tensor", o.Name())
-	}
-	if err := o.check(); err != nil {
-		return fmt.Errorf("tf: feed: %w", err)
 	}
 	if want := o.DataType(); t.dtype != want {
 		return fmt.Errorf("tf: feed %s: got %s%s, the graph wants %s", o.Name(), t.dtype, shapeString(t.shape), want)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,4 +222,56 @@ func TestRunRawGraph(t *testing.T) {
 	if _, err := s.Run(nil, []Output{out}, nil); err == nil || !strings.Contains(err.Error(), "run out:0") {
 		t.Errorf("run without its feed: %v", err)
 	}
+}
+
+// TestRunRejectsBadOutputs feeds and fetches outputs that do not exist: TensorFlow would read
+// past the operation's outputs for an index out of range, a zero Output has no operation, and
+// an output of another graph would be looked up by name in the session's. Each is an error
+// naming the output, and the session still runs afterwards.
+func TestRunRejectsBadOutputs(t *testing.T) {
+	s, in, out := identitySession(t, Float, []int64{-1})
+	_, otherIn, _ := identitySession(t, Float, []int64{-1})
+	x, _ := NewTensor([]float32{1, 2}, 2)
+	defer x.Close()
+	for _, tc := range []struct {
+		name    string
+		feeds   map[Output]*Tensor
+		fetches []Output
+		targets []*Operation
+		want    string
+	}{
+		{"feed index past the outputs", map[Output]*Tensor{in.Op.Output(3): x}, []Output{out}, nil, `output in:3: operation "in" (Placeholder) has 1 outputs`},
+		{"fetch index past the outputs", map[Output]*Tensor{in: x}, []Output{out, out.Op.Output(1)}, nil, `output out:1: operation "out" (Identity) has 1 outputs`},
+		{"negative fetch index", map[Output]*Tensor{in: x}, []Output{out.Op.Output(-1)}, nil, "output out:-1"},
+		{"zero Output fed", map[Output]*Tensor{in: x, {}: x}, []Output{out}, nil, "zero Output"},
+		{"zero Output fetched", map[Output]*Tensor{in: x}, []Output{{}}, nil, "zero Output"},
+		{"nil target", map[Output]*Tensor{in: x}, nil, []*Operation{out.Op, nil}, "target 1 is a nil operation"},
+		{"feed of another graph", map[Output]*Tensor{otherIn: x}, []Output{out}, nil, "output in:0 is of another graph"},
+		{"target of another graph", map[Output]*Tensor{in: x}, nil, []*Operation{otherIn.Op}, "target in is an operation of another graph"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outs, err := s.Run(tc.feeds, tc.fetches, tc.targets)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, %v; want an error containing %q", outs, err, tc.want)
+			}
+		})
+	}
+	bad := out.Op.Output(1)
+	if dt := bad.DataType(); dt != 0 {
+		t.Errorf("DataType of out:1: %s, want 0", dt)
+	}
+	if _, _, err := bad.Shape(); err == nil || !strings.Contains(err.Error(), "out:1") {
+		t.Errorf("Shape of out:1: %v", err)
+	}
+	if _, _, err := (Output{}).Shape(); err == nil || !strings.Contains(err.Error(), "zero Output") {
+		t.Errorf("Shape of a zero Output: %v", err)
+	}
+	outs, err := s.Run(map[Output]*Tensor{in: x}, []Output{out}, nil)
+	if err != nil {
+		t.Fatalf("run after the rejected ones: %v", err)
+	}
+	if v, _ := outs[0].Float32s(); !slices.Equal(v, []float32{1, 2}) {
+		t.Errorf("run after the rejected ones: %v", v)
+	}
+	outs[0].Close()
 }
