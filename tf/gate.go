@@ -41,6 +41,13 @@ func (g *gate) exit() {
 	}
 }
 
+// running is the number of calls in flight.
+func (g *gate) running() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight
+}
+
 // close shuts the gate and waits for the calls in flight; it returns false when the gate was
 // already closed, so only the first caller frees what the gate guards.
 func (g *gate) close() bool {

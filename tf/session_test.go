@@ -54,9 +54,10 @@ func TestConcurrentRuns(t *testing.T) {
 	}
 }
 
-// TestCloseWaitsForRunsInFlight closes the session while a long run is inside TensorFlow.
-// Close must wait for it: closing and deleting the TF_Session under it would cancel the run or
-// crash, so the run must come back with its full result; runs after Close fail with ErrClosed.
+// TestCloseWaitsForRunsInFlight closes the SavedModel while a long run is in flight (past
+// the session's gate, on its way into or inside TensorFlow). Close must wait for it: closing
+// and deleting the TF_Session under it would cancel the run or crash, so the run must come
+// back with its full result; runs after Close fail with ErrClosed.
 func TestCloseWaitsForRunsInFlight(t *testing.T) {
 	dir, _ := models(t)
 	m, err := LoadSavedModel(dir+"/tf1", []string{"serve"}, nil)
@@ -67,13 +68,11 @@ func TestCloseWaitsForRunsInFlight(t *testing.T) {
 	n, _ := NewTensor([]int32{spins})
 	defer n.Close()
 
-	started := make(chan struct{})
 	var returned atomic.Bool
 	var count []int32
 	var runErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		close(started)
 		outs, err := m.RunSignature("spin", map[string]*Tensor{"n": n})
 		returned.Store(true)
 		if runErr = err; err == nil {
@@ -81,8 +80,11 @@ func TestCloseWaitsForRunsInFlight(t *testing.T) {
 			outs[0].Close()
 		}
 	})
-	<-started
-	time.Sleep(20 * time.Millisecond) // let the run enter TensorFlow
+	// Wait for the run to pass the session's gate, however long the goroutine takes to start
+	// on a loaded machine; from there its spin loop lasts far longer than a poll.
+	for m.Session.gate.running() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
 	if returned.Load() {
 		t.Fatal("the run ended before Close was called: raise spins")
 	}
