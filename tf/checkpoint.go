@@ -85,7 +85,7 @@ func (r *CheckpointReader) Close() {
 func (r *CheckpointReader) Variables() []VariableInfo {
 	out := make([]VariableInfo, len(r.vars))
 	for i, v := range r.vars {
-		out[i] = VariableInfo{v.Name, v.DType, slices.Clone(v.Shape)}
+		out[i] = v.clone()
 	}
 	return out
 }
@@ -96,7 +96,13 @@ func (r *CheckpointReader) Variable(name string) (VariableInfo, bool) {
 	if !ok {
 		return VariableInfo{}, false
 	}
-	return r.vars[i], true
+	return r.vars[i].clone(), true
+}
+
+// clone copies the shape, so a caller changing it cannot change the reader's.
+func (v VariableInfo) clone() VariableInfo {
+	v.Shape = slices.Clone(v.Shape)
+	return v
 }
 
 // Read returns the value of the variable with the given name; the caller closes it.

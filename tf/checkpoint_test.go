@@ -237,3 +237,37 @@ func TestRestoreMissingCheckpoint(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestCheckpointVariableInfoIsACopy changes the shapes Variable and Variables return: the
+// reader's own, checked against Python's, must not change with them.
+func TestCheckpointVariableInfoIsACopy(t *testing.T) {
+	dir, want := models(t)
+	r, err := OpenCheckpoint(filepath.Join(dir, "tf1", "variables", "variables"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var checked int
+	for _, v := range want.Checkpts["tf1_initial"] {
+		if len(v.Shape) == 0 {
+			continue
+		}
+		got, ok := r.Variable(v.Name)
+		if !ok || !slices.Equal(got.Shape, v.Shape) {
+			t.Fatalf("Variable(%q) = %v %v, Python's shape %v", v.Name, got, ok, v.Shape)
+		}
+		got.Shape[0] = -7
+		for _, all := range r.Variables() {
+			if all.Name == v.Name {
+				all.Shape[0] = -8
+			}
+		}
+		if again, _ := r.Variable(v.Name); !slices.Equal(again.Shape, v.Shape) {
+			t.Errorf("%s: shape %v after the caller changed a returned one, Python's %v", v.Name, again.Shape, v.Shape)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("the checkpoint has no variable with dimensions to check")
+	}
+}
