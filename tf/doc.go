@@ -36,9 +36,12 @@
 //
 // A failed TF_Status is an *Error with TensorFlow's Code and message and our context (the
 // file, signature, tensor or op); feeds are checked against the graph's dtype and static
-// shape before running, and bad keys name the keys that exist. Session.Run (and so
-// RunSignature) is safe for concurrent use; Session.Close waits for the runs in flight, after
-// which Run returns ErrClosed. Tensors are not safe for concurrent mutation.
+// shape before running, as are the outputs themselves (index in range, the session's graph),
+// and bad keys name the keys that exist. Session.Run (and so RunSignature) is safe for
+// concurrent use; Session.Close and SavedModel.Close wait for the calls in flight, after which
+// the calls fail with an error wrapping ErrClosed (test with errors.Is). A closed Graph's
+// lookups fail the same way or return nil, never touch the freed graph. Tensors are not safe
+// for concurrent mutation.
 //
 // SessionOptions is encoded as tensorflow.ConfigProto bytes with protowire and our own field
 // numbers (checked against Python TensorFlow's ConfigProto by the tests); Version and

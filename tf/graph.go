@@ -163,35 +163,37 @@ type Operation struct {
 
 // describe returns what f reads from the operation, or the zero value once the graph is
 // closed: the TF_Operation is freed with the graph.
-func describe[T any](op *Operation, f func(*C.TF_Operation) T) T {
+func describe[T any](op *Operation, f func(*Operation) T) T {
 	op.g.mu.RLock()
 	defer op.g.mu.RUnlock()
 	if op.g.c == nil {
 		var zero T
 		return zero
 	}
-	return f(op.c)
+	return f(op)
 }
 
 // Name is the operation's unique name in its graph ("" once the graph is closed).
-func (op *Operation) Name() string {
-	return describe(op, func(c *C.TF_Operation) string { return C.GoString(C.TF_OperationName(c)) })
-}
+func (op *Operation) Name() string { return describe(op, (*Operation).nameLocked) }
+
+// nameLocked is Name for a caller that holds op.g.mu and saw the graph open (a second read
+// lock could deadlock behind a waiting Close).
+func (op *Operation) nameLocked() string { return C.GoString(C.TF_OperationName(op.c)) }
 
 // Type is the operation's type, e.g. "MatMul" ("" once the graph is closed).
 func (op *Operation) Type() string {
-	return describe(op, func(c *C.TF_Operation) string { return C.GoString(C.TF_OperationOpType(c)) })
+	return describe(op, func(op *Operation) string { return C.GoString(C.TF_OperationOpType(op.c)) })
 }
 
 // Device is the device the operation was placed on in the GraphDef ("" when unset or once the
 // graph is closed).
 func (op *Operation) Device() string {
-	return describe(op, func(c *C.TF_Operation) string { return C.GoString(C.TF_OperationDevice(c)) })
+	return describe(op, func(op *Operation) string { return C.GoString(C.TF_OperationDevice(op.c)) })
 }
 
 // NumOutputs is the number of tensors the operation produces (0 once the graph is closed).
 func (op *Operation) NumOutputs() int {
-	return describe(op, func(c *C.TF_Operation) int { return int(C.TF_OperationNumOutputs(c)) })
+	return describe(op, func(op *Operation) int { return int(C.TF_OperationNumOutputs(op.c)) })
 }
 
 // Output is the operation's i-th output. The index is checked where the output is used:
@@ -218,7 +220,7 @@ func (o Output) checkLocked() error {
 	}
 	// TensorFlow does not check the index: it would read past the operation's outputs.
 	if n := int(C.TF_OperationNumOutputs(o.Op.c)); o.Index < 0 || o.Index >= n {
-		name := C.GoString(C.TF_OperationName(o.Op.c))
+		name := o.Op.nameLocked()
 		return fmt.Errorf("tf: output %s:%d: operation %q (%s) has %d outputs", name, o.Index, name, C.GoString(C.TF_OperationOpType(o.Op.c)), n)
 	}
 	return nil
@@ -262,19 +264,15 @@ func (o Output) Shape() (dims []int64, ok bool, err error) {
 	st := newStatus()
 	defer st.delete()
 	n := C.TF_GraphGetTensorNumDims(o.Op.g.c, o.c(), st.c)
-	if err := st.err("shape of " + o.Name()); err != nil {
-		return nil, false, err
-	}
-	if n < 0 {
-		return nil, false, nil
-	}
-	dims = make([]int64, n)
-	if n > 0 {
-		C.TF_GraphGetTensorShape(o.Op.g.c, o.c(), (*C.int64_t)(unsafe.Pointer(&dims[0])), n, st.c)
-		if err := st.err("shape of " + o.Name()); err != nil {
-			return nil, false, err
+	if st.ok() && n >= 0 {
+		dims = make([]int64, n)
+		if n > 0 {
+			C.TF_GraphGetTensorShape(o.Op.g.c, o.c(), (*C.int64_t)(unsafe.Pointer(&dims[0])), n, st.c)
 		}
 	}
+	if !st.ok() { // the context is built only for errors: Run checks every feed's shape
+		return nil, false, st.err("shape of " + o.Op.nameLocked() + ":" + strconv.Itoa(o.Index))
+	}
 	runtime.KeepAlive(o.Op.g)
-	return dims, true, nil
+	return dims, n >= 0, nil
 }
