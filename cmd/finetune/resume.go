@@ -17,10 +17,19 @@ const shareChunk = 64 << 20
 
 // checkpointManifest describes the checkpoint rank 0 resumes from.
 type checkpointManifest struct {
-	Step  int64    `json:"step"`
-	Base  string   `json:"base"`  // file name prefix, e.g. model.ckpt-200
-	Files []string `json:"files"` // suffixes after Base: .index, .data-00000-of-00001
-	Sizes []int64  `json:"sizes"`
+	Step    int64    `json:"step"`
+	Batches int64    `json:"batches"` // batches each rank drew before the save
+	Base    string   `json:"base"`    // file name prefix, e.g. model.ckpt-200
+	Files   []string `json:"files"`   // suffixes after Base: .index, .data-00000-of-00001
+	Sizes   []int64  `json:"sizes"`
+}
+
+// resumePoint is where a rank continues: its copy of the checkpoint, the global step it holds
+// and the batches of training data drawn before it. Prefix is "" when there is nothing to resume.
+type resumePoint struct {
+	Prefix  string
+	Step    int64
+	Batches int64
 }
 
 // shareCheckpoint gives every rank rank 0's checkpoint to resume from. Each rank applies the
@@ -28,13 +37,13 @@ type checkpointManifest struct {
 // state, not only the model variables that a broadcast of the weights would cover; and the
 // other ranks may not see rank 0's disk. Rank 0 passes its prefix ("" when it starts afresh) and
 // broadcasts the files; the others write them under dir/resume and get their own prefix back.
-// Every rank returns "" when there is nothing to resume.
-func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (string, int64, error) {
+// Every rank returns an empty Prefix when there is nothing to resume.
+func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (resumePoint, error) {
 	var man checkpointManifest
 	if hvd.Rank() == 0 && prefix != "" {
 		var err error
 		if man, err = manifestOf(prefix); err != nil {
-			return "", 0, err
+			return resumePoint{}, err
 		}
 	}
 	manBytes, err := broadcastBytes(hvd, "finetune/resume/manifest", func() []byte {
@@ -42,46 +51,49 @@ func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (string, int64, e
 		return b
 	})
 	if err != nil {
-		return "", 0, err
+		return resumePoint{}, err
 	}
 	if err := json.Unmarshal(manBytes, &man); err != nil {
-		return "", 0, fmt.Errorf("resume: rank 0's manifest: %w", err)
+		return resumePoint{}, fmt.Errorf("resume: rank 0's manifest: %w", err)
 	}
 	if man.Base == "" {
-		return "", 0, nil
+		return resumePoint{}, nil
 	}
 	if hvd.Rank() == 0 {
 		for i, suffix := range man.Files {
 			if err := shareFile(hvd, prefix+suffix, man.Sizes[i], i, nil); err != nil {
-				return "", 0, err
+				return resumePoint{}, err
 			}
 		}
-		return prefix, man.Step, nil
+		return resumePoint{prefix, man.Step, man.Batches}, nil
 	}
 	local := filepath.Join(dir, "resume", man.Base)
 	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
-		return "", 0, fmt.Errorf("resume: %w", err)
+		return resumePoint{}, fmt.Errorf("resume: %w", err)
 	}
 	for i, suffix := range man.Files {
 		f, err := os.Create(local + suffix)
 		if err != nil {
-			return "", 0, fmt.Errorf("resume: %w", err)
+			return resumePoint{}, fmt.Errorf("resume: %w", err)
 		}
 		err = shareFile(hvd, "", man.Sizes[i], i, f)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return "", 0, fmt.Errorf("resume: receiving %s: %w", local+suffix, err)
+			return resumePoint{}, fmt.Errorf("resume: receiving %s: %w", local+suffix, err)
 		}
 	}
-	return local, man.Step, nil
+	return resumePoint{local, man.Step, man.Batches}, nil
 }
 
 func manifestOf(prefix string) (checkpointManifest, error) {
 	man := checkpointManifest{Base: filepath.Base(prefix)}
 	var err error
 	if man.Step, err = checkpoint.StepOf(prefix); err != nil {
+		return man, err
+	}
+	if man.Batches, err = readInputPosition(prefix, man.Step); err != nil {
 		return man, err
 	}
 	files, _ := filepath.Glob(prefix + ".data-*-of-*")

@@ -61,7 +61,7 @@ func (j *job) train() (int64, error) {
 	j.console.infof("***** Running training *****  examples = %d (%d skipped), batch = %d per rank x %d ranks, steps = %d, warmup = %d, peak learning rate = %g",
 		examples, skipped, c.TrainBatchSize, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
 
-	start, err := j.initialWeights()
+	start, drawn, err := j.initialWeights()
 	if err != nil {
 		return 0, err
 	}
@@ -76,69 +76,70 @@ func (j *job) train() (int64, error) {
 	}
 	defer ds.Close()
 	// A resumed run continues the same example sequence where the interrupted one stopped.
-	for range start * int64(c.TrainBatchSize) {
-		if _, err := ds.Next(); err != nil {
-			return 0, err
-		}
+	if err := skipBatches(ds, drawn, c.TrainBatchSize); err != nil {
+		return 0, err
 	}
-	return j.loop(ds, sched, start)
+	return j.loop(ds, sched, start, drawn)
 }
 
 // initialWeights makes every rank start from the same state: the latest checkpoint of rank 0's
 // output directory (model, optimizer slots and global step, on every rank), or else the
-// SavedModel's weights with --init_checkpoint applied on rank 0, broadcast from it.
-func (j *job) initialWeights() (int64, error) {
+// SavedModel's weights with --init_checkpoint applied on rank 0, broadcast from it. It returns
+// the global step and the batches of training data drawn before it.
+func (j *job) initialWeights() (step, drawn int64, err error) {
 	prefix := ""
 	if j.rank == 0 {
 		p, _, ok, err := j.ckpts.Latest()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if ok {
 			prefix = p
 		}
 	}
-	local, step, err := shareCheckpoint(j.hvd, prefix, j.in.rankDir)
+	resume, err := shareCheckpoint(j.hvd, prefix, j.in.rankDir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if local != "" {
+	if local := resume.Prefix; local != "" {
 		if err := j.model.Restore(local); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		got, err := j.model.GlobalStep()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		if got != step {
-			return 0, fmt.Errorf("checkpoint %s holds global_step %d, its name says %d", local, got, step)
+		if got != resume.Step {
+			return 0, 0, fmt.Errorf("checkpoint %s holds global_step %d, its name says %d", local, got, resume.Step)
 		}
-		j.console.infof("resuming from %s at step %d", prefix, step)
+		j.console.infof("resuming from %s at step %d", prefix, resume.Step)
 		if local != prefix { // a received copy: restored, no longer needed
 			os.RemoveAll(filepath.Dir(local))
 		}
-		return step, nil
+		return resume.Step, resume.Batches, nil
 	}
 	if j.rank == 0 && j.cfg.InitCheckpoint != "" {
 		report, err := j.model.InitFromCheckpoint(j.cfg.InitCheckpoint)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		j.console.infof("%s", report.String())
 	}
 	values := j.model.NewFlatTensors()
 	if err := j.model.ReadVariables(values); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := j.hvd.BroadcastVariables(j.named(values), 0); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if j.rank != 0 {
 		if err := j.model.AssignVariables(values); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return j.model.GlobalStep()
+	// A fresh start: one batch per step for whatever steps the SavedModel already holds.
+	step, err = j.model.GlobalStep()
+	return step, step, err
 }
 
 // named views each variable's part of f as a horovod tensor named after the variable.
@@ -200,7 +201,7 @@ func (j *job) checkShards(perRank [][]int64) (examples, skipped int64, err error
 
 // loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
 // and on rank 0 the progress, the summaries and the checkpoints.
-func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (int64, error) {
+func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn int64) (int64, error) {
 	c := &j.cfg
 	first := step
 	compression := horovod.NoCompression
@@ -237,6 +238,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 		if err != nil {
 			return step, err
 		}
+		drawn++
 		st, err := j.model.TrainStep(batch, bertgraph.DropoutSeed{c.Seed + int64(j.rank), step}, grads)
 		if err != nil {
 			return step, err
@@ -298,13 +300,13 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 			return step, err
 		}
 		if res.Applied && c.SaveCheckpointsSteps > 0 && step%int64(c.SaveCheckpointsSteps) == 0 {
-			if err := j.saveCheckpoint(step); err != nil {
+			if err := j.saveCheckpoint(step, drawn); err != nil {
 				return step, err
 			}
 		}
 	}
 	if j.rank == 0 {
-		if err := j.saveCheckpoint(step); err != nil {
+		if err := j.saveCheckpoint(step, drawn); err != nil {
 			return step, err
 		}
 		j.console.bar.Done(step, (step-first)*int64(globalBatch))
@@ -320,11 +322,13 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step int64) (i
 	return step, nil
 }
 
-func (j *job) saveCheckpoint(step int64) error {
-	p, err := j.ckpts.Save(step, func(prefix string) error {
+// saveCheckpoint saves the model and optimizer state of global step step, with the number of
+// batches drawn so far (see positionSuffix).
+func (j *job) saveCheckpoint(step, drawn int64) error {
+	p, err := j.ckpts.Save(step, withInputPosition(func(prefix string) error {
 		_, err := j.model.Save(prefix)
 		return err
-	})
+	}, drawn))
 	if err == nil {
 		j.console.infof("saved checkpoint %s", p)
 	}

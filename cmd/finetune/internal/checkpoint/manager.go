@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +33,8 @@ const StateFile = "checkpoint"
 // Basename is the checkpoint file prefix of run_classifier's Estimator.
 const Basename = "model.ckpt"
 
-// SaveFunc writes a TensorFlow checkpoint (prefix.index and prefix.data-*-of-*) under prefix.
+// SaveFunc writes a TensorFlow checkpoint (prefix.index and prefix.data-*-of-*) under prefix,
+// and any file of its own named prefix.<suffix>: those travel and are deleted with the checkpoint.
 type SaveFunc func(prefix string) error
 
 // Manager owns the checkpoints of one directory. It is not safe for concurrent use; rank 0's
@@ -323,9 +325,11 @@ func (m *Manager) retain() (dropped []string) {
 	return dropped
 }
 
-// deleteCheckpoint removes the data shards of prefix, then its index.
+// deleteCheckpoint removes the files of prefix that the save wrote beside its index (the data
+// shards and whatever else the SaveFunc put there), then its index.
 func (m *Manager) deleteCheckpoint(prefix string) error {
-	files, _ := filepath.Glob(prefix + ".data-?????-of-?????")
+	files, _ := filepath.Glob(prefix + ".*")
+	files = slices.DeleteFunc(files, func(f string) bool { return f == prefix+".index" })
 	for _, f := range append(files, prefix+".index") {
 		if err := m.remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("checkpoint: deleting old checkpoint: %w", err)

@@ -356,3 +356,43 @@ func TestLatestFallsBackToNewestCompleteCheckpoint(t *testing.T) {
 		t.Fatalf("no complete checkpoint: err = %v", err)
 	}
 }
+
+// A file the SaveFunc writes beside the checkpoint (cmd/finetune's input position) is moved into
+// place with it, before the state file names it, and deleted with it by retention.
+func TestSidecarFilesTravelAndAreDeletedWithTheirCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	m, err := Open(dir, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSidecar := func(step int64) SaveFunc {
+		return func(prefix string) error {
+			if err := fakeSave("s")(prefix); err != nil {
+				return err
+			}
+			return os.WriteFile(prefix+".sidecar.json", []byte(fmt.Sprint(step)), 0o644)
+		}
+	}
+	if _, err := m.Save(1, withSidecar(1)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "model.ckpt-1.sidecar.json")); err != nil || string(b) != "1" {
+		t.Fatalf("sidecar of step 1: %q %v", b, err)
+	}
+	// model.ckpt-1's glob must not reach model.ckpt-10's files.
+	if _, err := m.Save(10, withSidecar(10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Save(11, withSidecar(11)); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{StateFile, "model.ckpt-11.data-00000-of-00001", "model.ckpt-11.index", "model.ckpt-11.sidecar.json"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("after retention the directory holds %v, want %v", names, want)
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/horovod"
+)
+
+// writeRecords writes n training records whose first input id is their number.
+func writeRecords(t *testing.T, path string, n int) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := tfrecord.NewWriter(f)
+	for i := range n {
+		rec := tfrecord.EncodeFeatures(features.InputFeatures{
+			InputIDs: []int32{int32(100 + i), 1, 0, 0}, InputMask: []int32{1, 1, 0, 0},
+			SegmentIDs: make([]int32, 4), LabelID: int32(i % 2), IsRealExample: true})
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// batchGUIDs draws count batches of ds and returns each one's record positions.
+func batchGUIDs(t *testing.T, ds *tfrecord.Dataset, batchSize, count int) [][]string {
+	t.Helper()
+	var out [][]string
+	for range count {
+		b, err := ds.NextBatch(batchSize, 4, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b.GUIDs)
+	}
+	return out
+}
+
+// A run whose checkpoint at step 5 came after 7 batches (two updates skipped for non-finite
+// gradients, each drawing a batch without advancing global_step) resumes with batch 8, the one
+// an uninterrupted run trains on next, through the same path as the binary: the save through
+// withInputPosition and the checkpoint manager, the manifest rank 0 shares, the skip.
+func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
+	const batchSize, step, drawn, total = 3, 5, 7, 12
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.tf_record")
+	writeRecords(t, data, 23) // not a multiple of the batch: batches straddle the epochs
+	opts := tfrecord.DatasetOptions{ShuffleBuffer: 8, Seed: 42, Repeat: true}
+	open := func() *tfrecord.Dataset {
+		ds, err := tfrecord.OpenDataset([]string{data}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ds.Close() })
+		return ds
+	}
+	uninterrupted := batchGUIDs(t, open(), batchSize, total)
+
+	hvd, err := horovod.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	fakeModel := func(prefix string) error {
+		if err := os.WriteFile(prefix+".data-00000-of-00001", []byte("weights"), 0o644); err != nil {
+			return err
+		}
+		return os.WriteFile(prefix+".index", []byte("index"), 0o644)
+	}
+	resumeAt := func(t *testing.T, ckpts string) resumePoint {
+		t.Helper()
+		m, err := checkpoint.Open(ckpts, 5, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix, _, ok, err := m.Latest()
+		if err != nil || !ok {
+			t.Fatalf("Latest: ok=%v err=%v", ok, err)
+		}
+		rp, err := shareCheckpoint(hvd, prefix, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rp
+	}
+	continued := func(t *testing.T, rp resumePoint) [][]string {
+		t.Helper()
+		ds := open()
+		if err := skipBatches(ds, rp.Batches, batchSize); err != nil {
+			t.Fatal(err)
+		}
+		return batchGUIDs(t, ds, batchSize, total-int(rp.Batches))
+	}
+
+	t.Run("with the position file", func(t *testing.T) {
+		ckpts := t.TempDir()
+		m, err := checkpoint.Open(ckpts, 5, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Save(step, withInputPosition(fakeModel, drawn)); err != nil {
+			t.Fatal(err)
+		}
+		rp := resumeAt(t, ckpts)
+		if rp.Step != step || rp.Batches != drawn {
+			t.Fatalf("resume point step %d, %d batches drawn; want %d, %d", rp.Step, rp.Batches, step, drawn)
+		}
+		if got, want := continued(t, rp), uninterrupted[drawn:]; !reflect.DeepEqual(got, want) {
+			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
+		}
+	})
+	t.Run("without it: one batch per step", func(t *testing.T) {
+		ckpts := t.TempDir()
+		m, err := checkpoint.Open(ckpts, 5, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Save(step, fakeModel); err != nil {
+			t.Fatal(err)
+		}
+		rp := resumeAt(t, ckpts)
+		if rp.Step != step || rp.Batches != step {
+			t.Fatalf("resume point step %d, %d batches drawn; want %d, %d", rp.Step, rp.Batches, step, step)
+		}
+		if got, want := continued(t, rp), uninterrupted[step:]; !reflect.DeepEqual(got, want) {
+			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
+		}
+	})
+	t.Run("a damaged position file is an error naming it", func(t *testing.T) {
+		ckpts := t.TempDir()
+		m, err := checkpoint.Open(ckpts, 5, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := m.Save(step, withInputPosition(fakeModel, drawn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 3}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := manifestOf(p); err == nil || !strings.Contains(err.Error(), p+positionSuffix) {
+			t.Fatalf("a position behind the step: %v", err)
+		}
+	})
+}
