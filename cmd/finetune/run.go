@@ -19,6 +19,7 @@ import (
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/ncclbackend"
+	"github.com/gorovod/gorovod/nccl"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -203,7 +204,11 @@ func (j *job) prepare() error {
 		return err
 	}
 	j.in = in
-	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions()})
+	gpus, err := placeGPU(nccl.Options{}, j.hvd.LocalRank(), j.hvd.LocalSize(), j.console.rankf)
+	if err != nil {
+		return err
+	}
+	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions(gpus)})
 	if err != nil {
 		return err
 	}
@@ -245,9 +250,9 @@ func (j *job) prepare() error {
 }
 
 // sessionOptions is the Horovod recipe's per-rank session: the cores of the machine shared
-// among its ranks, one GPU per rank by local rank (grown as needed), soft placement, XLA on
-// request.
-func (j *job) sessionOptions() *tf.SessionOptions {
+// among its ranks, the GPU placeGPU chose for the rank (visibleGPUs, "" on CPU; grown as
+// needed), soft placement, XLA on request.
+func (j *job) sessionOptions(visibleGPUs string) *tf.SessionOptions {
 	threads := j.cfg.Threads
 	if threads == 0 {
 		threads = max(1, runtime.NumCPU()/max(1, j.hvd.LocalSize()))
@@ -256,7 +261,7 @@ func (j *job) sessionOptions() *tf.SessionOptions {
 		IntraOpThreads:     int32(threads),
 		InterOpThreads:     int32(j.cfg.InterOpThreads),
 		AllowSoftPlacement: true,
-		GPU:                tf.GPUOptions{AllowGrowth: true, VisibleDeviceList: strconv.Itoa(j.hvd.LocalRank())},
+		GPU:                tf.GPUOptions{AllowGrowth: true, VisibleDeviceList: visibleGPUs},
 	}
 	if j.cfg.UseXLA {
 		o.GlobalJitLevel = tf.JitOn1
