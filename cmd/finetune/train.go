@@ -325,6 +325,9 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 // saveCheckpoint saves the model and optimizer state of global step step, with the number of
 // batches drawn so far (see positionSuffix).
 func (j *job) saveCheckpoint(step, drawn int64) error {
+	if j.ckpts.IsLatest(step) { // the final save coincides with a periodic one
+		return nil
+	}
 	p, err := j.ckpts.Save(step, withInputPosition(func(prefix string) error {
 		_, err := j.model.Save(prefix)
 		return err

@@ -223,6 +223,12 @@ func (m *Manager) Kept() []string {
 
 var stepSuffix = regexp.MustCompile(`-(\d+)$`)
 
+// IsLatest says whether the latest checkpoint is that of global step step, so that Save would
+// write nothing.
+func (m *Manager) IsLatest(step int64) bool {
+	return m.latestPrefixRel == fmt.Sprintf("%s-%d", Basename, step)
+}
+
 // StepOf returns the global step encoded in a checkpoint prefix (model.ckpt-1200 -> 1200).
 func StepOf(prefix string) (int64, error) {
 	m := stepSuffix.FindStringSubmatch(prefix)
@@ -238,7 +244,7 @@ func StepOf(prefix string) (int64, error) {
 func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 	rel := fmt.Sprintf("%s-%d", Basename, step)
 	final := filepath.Join(m.dir, rel)
-	if m.latestPrefixRel == rel {
+	if m.IsLatest(step) {
 		return final, nil
 	}
 	tmpDir, err := os.MkdirTemp(m.dir, "."+rel+".tmp")

@@ -71,6 +71,9 @@ func TestKeepMaxDeletesOldestAndResumesFromLatest(t *testing.T) {
 		t.Fatalf("after restart on disk %v, want %v", got, want)
 	}
 	// Saving the latest step again is a no-op (the final save after a periodic one).
+	if !m2.IsLatest(40) || m2.IsLatest(30) {
+		t.Fatalf("IsLatest(40) = %v, IsLatest(30) = %v after saving 40", m2.IsLatest(40), m2.IsLatest(30))
+	}
 	called := false
 	if _, err := m2.Save(40, func(string) error { called = true; return nil }); err != nil || called {
 		t.Fatalf("re-save of the latest step: called=%v err=%v", called, err)
