@@ -2,6 +2,7 @@ package tfrecord
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -21,13 +22,8 @@ const (
 // EncodeExample returns a serialized tf.train.Example whose features are int64 lists, with the
 // keys in sorted order so equal inputs give equal bytes.
 func EncodeExample(features map[string][]int64) []byte {
-	keys := make([]string, 0, len(features))
-	for k := range features {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var feats []byte
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(features)) {
 		var packed []byte
 		for _, v := range features[k] {
 			packed = protowire.AppendVarint(packed, uint64(v))

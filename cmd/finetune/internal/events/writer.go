@@ -6,10 +6,11 @@ package events
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -87,13 +88,8 @@ func (w *Writer) header(step int64) []byte {
 // Scalars writes one event at step holding a scalar summary per tag (tags sorted, so files are
 // reproducible), and flushes it to the operating system: a killed run loses no written step.
 func (w *Writer) Scalars(step int64, values map[string]float64) error {
-	tags := make([]string, 0, len(values))
-	for t := range values {
-		tags = append(tags, t)
-	}
-	sort.Strings(tags)
 	var summary []byte
-	for _, t := range tags {
+	for _, t := range slices.Sorted(maps.Keys(values)) {
 		var v []byte
 		v = protowire.AppendTag(v, valueTag, protowire.BytesType)
 		v = protowire.AppendString(v, t)
