@@ -101,16 +101,22 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		}
 		return batchGUIDs(t, ds, batchSize, total-int(rp.Batches))
 	}
-
-	t.Run("with the position file", func(t *testing.T) {
-		ckpts := t.TempDir()
+	// saveStep saves global step `step` through save into a new checkpoint directory.
+	saveStep := func(t *testing.T, save checkpoint.SaveFunc) (ckpts, prefix string) {
+		t.Helper()
+		ckpts = t.TempDir()
 		m, err := checkpoint.Open(ckpts, 5, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Save(step, withInputPosition(fakeModel, drawn)); err != nil {
+		if prefix, err = m.Save(step, save); err != nil {
 			t.Fatal(err)
 		}
+		return ckpts, prefix
+	}
+
+	t.Run("with the position file", func(t *testing.T) {
+		ckpts, _ := saveStep(t, withInputPosition(fakeModel, drawn))
 		rp := resumeAt(t, ckpts)
 		if rp.Step != step || rp.Batches != drawn {
 			t.Fatalf("resume point step %d, %d batches drawn; want %d, %d", rp.Step, rp.Batches, step, drawn)
@@ -120,14 +126,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		}
 	})
 	t.Run("without it: one batch per step", func(t *testing.T) {
-		ckpts := t.TempDir()
-		m, err := checkpoint.Open(ckpts, 5, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := m.Save(step, fakeModel); err != nil {
-			t.Fatal(err)
-		}
+		ckpts, _ := saveStep(t, fakeModel)
 		rp := resumeAt(t, ckpts)
 		if rp.Step != step || rp.Batches != step {
 			t.Fatalf("resume point step %d, %d batches drawn; want %d, %d", rp.Step, rp.Batches, step, step)
@@ -137,15 +136,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		}
 	})
 	t.Run("a damaged position file is an error naming it", func(t *testing.T) {
-		ckpts := t.TempDir()
-		m, err := checkpoint.Open(ckpts, 5, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := m.Save(step, withInputPosition(fakeModel, drawn))
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, p := saveStep(t, withInputPosition(fakeModel, drawn))
 		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 3}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
