@@ -57,7 +57,7 @@ func BenchmarkTrainApply(b *testing.B) {
 				if _, err := m.TrainStep(batch, DropoutSeed{0, int64(i)}, grads); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := m.Apply(grads, 1e-5, 1); err != nil {
+				if _, err := m.Apply(grads, 1, 1e-5, 1); err != nil {
 					b.Fatal(err)
 				}
 				return time.Since(start)

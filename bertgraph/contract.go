@@ -13,8 +13,9 @@ import (
 	"github.com/gorovod/gorovod/tf"
 )
 
-// ContractVersion is the version of the exporter's contract this package drives.
-const ContractVersion = 1
+// ContractVersion is the version of the exporter's contract this package drives. Version 2
+// added apply_gradients' gradient_scale input.
+const ContractVersion = 2
 
 // Paths inside an exported SavedModel directory.
 const (
@@ -113,9 +114,14 @@ func ReadContract(dir string) (*Contract, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("bertgraph: %s: %w", path, err)
 	}
-	if c.Version != ContractVersion {
-		return nil, fmt.Errorf("bertgraph: %s: contract version %d, this build drives version %d (re-export the model)",
-			path, c.Version, ContractVersion)
+	// Version 2 changed training signatures only: serving models exported before it still load.
+	if c.Version != ContractVersion && !(c.Kind == "serving" && c.Version == 1) {
+		why := ""
+		if c.Version < 2 {
+			why = " (since version 2, apply_gradients takes the input gradient_scale)"
+		}
+		return nil, fmt.Errorf("bertgraph: %s: contract version %d, this build drives version %d%s: re-export the model",
+			path, c.Version, ContractVersion, why)
 	}
 	if c.NumLabels < 2 || len(c.LabelNames) != c.NumLabels || c.MaxSeqLength < 1 {
 		return nil, fmt.Errorf("bertgraph: %s: num_labels %d with %d label names, max_seq_length %d",
@@ -170,7 +176,9 @@ func (c *Contract) expectedSignatures() map[string]ContractSignature {
 	}
 	train.Inputs["dropout_seed"] = TensorSpec{"int64", []int64{2}}
 	apply := ContractSignature{
-		Inputs: map[string]TensorSpec{"learning_rate": scalar("float32"), "clip_norm": scalar("float32")},
+		Inputs: map[string]TensorSpec{
+			"gradient_scale": scalar("float32"), "learning_rate": scalar("float32"), "clip_norm": scalar("float32"),
+		},
 		Outputs: map[string]TensorSpec{
 			"global_norm": scalar("float32"), "global_step": scalar("int64"), "applied": scalar("bool"),
 		},

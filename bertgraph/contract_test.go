@@ -3,6 +3,7 @@ package bertgraph
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,13 @@ func copyModel(t *testing.T, edit func(c map[string]any)) string {
 	if err := copyTree(fixture.Model, dir); err != nil {
 		t.Fatal(err)
 	}
+	editContract(t, dir, edit)
+	return dir
+}
+
+// editContract lets edit rewrite the contract of the SavedModel in dir.
+func editContract(t *testing.T, dir string, edit func(c map[string]any)) {
+	t.Helper()
 	path := filepath.Join(dir, ContractFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -35,7 +43,6 @@ func copyModel(t *testing.T, edit func(c map[string]any)) string {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
 
 func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
@@ -59,13 +66,15 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 	}{
 		{"no contract", empty, []string{empty, "not a gorovod BERT SavedModel", "gorovod_contract.json"}},
 		{"contract version", copyModel(t, func(c map[string]any) { c["contract_version"] = 99.0 }),
-			[]string{"contract version 99", "version 1"}},
+			[]string{"contract version 99", "version 2", "re-export"}},
+		{"contract version 1 (no gradient_scale)", copyModel(t, func(c map[string]any) { c["contract_version"] = 1.0 }),
+			[]string{"contract version 1", "apply_gradients takes the input gradient_scale", "re-export"}},
 		{"serving model", serving, []string{"serving", "LoadClassifier"}},
 		{"no saved_model.pb", noGraph, []string{"saved_model.pb"}},
 		{"variable without gradient", copyModel(t, func(c map[string]any) {
 			vars := c["variables"].([]any)
 			c["variables"] = vars[:len(vars)-1]
-		}), []string{"train_step has 41 gradient outputs for 40 variables", `signature "apply_gradients" has 43 inputs, want 42`}},
+		}), []string{"train_step has 41 gradient outputs for 40 variables", `signature "apply_gradients" has 44 inputs, want 43`}},
 		{"wrong max_seq_length", copyModel(t, func(c map[string]any) { c["max_seq_length"] = 32.0 }),
 			[]string{`signature "train_step" input "input_ids" has shape [?,16], want [?,32]`, `signature "predict"`}},
 		{"shape of a variable", copyModel(t, func(c map[string]any) {
@@ -90,6 +99,21 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 				}
 			}
 		})
+	}
+	// A serving model of contract version 1 still loads: version 2 changed training signatures only.
+	oldServing := filepath.Join(t.TempDir(), "serving")
+	if err := copyTree(serving, oldServing); err != nil {
+		t.Fatal(err)
+	}
+	editContract(t, oldServing, func(c map[string]any) { c["contract_version"] = 1 })
+	if c, err := LoadClassifier(oldServing, ClassifierOptions{}); err != nil {
+		t.Errorf("serving model of contract version 1: %v", err)
+	} else {
+		c.Close()
+	}
+	editContract(t, oldServing, func(c map[string]any) { c["contract_version"] = 0 })
+	if _, err := LoadClassifier(oldServing, ClassifierOptions{}); err == nil || !strings.Contains(err.Error(), "contract version 0") {
+		t.Errorf("serving model of contract version 0: %v", err)
 	}
 	// A training model handed to the Classifier.
 	if _, err := LoadClassifier(fixture.Model, ClassifierOptions{}); err == nil || !strings.Contains(err.Error(), "ExportServing") {
@@ -144,8 +168,13 @@ func TestBatchErrorsNameTheProblem(t *testing.T) {
 	if _, err := m.TrainStep(separableBatch(newRand(), 4), DropoutSeed{}, &FlatTensors{}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("0 tensors for %d variables", len(m.Variables()))) {
 		t.Errorf("unallocated gradients: %v", err)
 	}
-	if _, err := m.Apply(grads, 1e-3, 0); err == nil || !strings.Contains(err.Error(), "clip norm 0") {
+	if _, err := m.Apply(grads, 1, 1e-3, 0); err == nil || !strings.Contains(err.Error(), "clip norm 0") {
 		t.Errorf("zero clip norm: %v", err)
+	}
+	for _, s := range []float32{0, -0.5, float32(math.Inf(1)), float32(math.NaN())} {
+		if _, err := m.Apply(grads, s, 1e-3, 1); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("gradient scale %v is not", s)) {
+			t.Errorf("gradient scale %v: %v", s, err)
+		}
 	}
 }
 
@@ -157,7 +186,7 @@ func TestTrainStepDoesNotAllocatePerStepBuffers(t *testing.T) {
 		if _, err := m.TrainStep(b, DropoutSeed{1, 2}, grads); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Apply(grads, 1e-3, 1); err != nil {
+		if _, err := m.Apply(grads, 1, 1e-3, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,7 +25,7 @@ type Model struct {
 	mu      sync.Mutex
 	sigs    map[string]*signature
 	inputs  batchTensors // reused feeds of train/eval/predict
-	scalars struct{ lr, clip *tf.Tensor }
+	scalars struct{ scale, lr, clip *tf.Tensor }
 	grads   []*tf.Tensor // reused apply_gradients feeds, one per variable
 
 	// Fetch lists, built once: loss, correct, examples, then the gradients in variable order;
@@ -87,6 +87,7 @@ func (m *Model) Close() error {
 		t.Close()
 	}
 	m.grads = nil
+	m.scalars.scale.Close()
 	m.scalars.lr.Close()
 	m.scalars.clip.Close()
 	return m.sm.Close()

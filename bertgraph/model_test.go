@@ -42,7 +42,7 @@ func TestTinyBertLearnsSeparableData(t *testing.T) {
 			first = st.Loss
 		}
 		last = st.Loss
-		r, err := m.Apply(grads, 1e-3, 1.0)
+		r, err := m.Apply(grads, 1, 1e-3, 1.0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +71,7 @@ type stepInput struct {
 	LabelIDs      []int32   `json:"label_ids"`
 	IsRealExample []int32   `json:"is_real_example"`
 	DropoutSeed   []int64   `json:"dropout_seed"`
+	GradientScale float32   `json:"gradient_scale"`
 }
 
 func rows(flat []int32, n int) [][]int32 {
@@ -81,6 +82,9 @@ func rows(flat []int32, n int) [][]int32 {
 	return out
 }
 
+// Go and Python TensorFlow drive the same SavedModel through the same steps; the gradient scale
+// varies from step to step (1/3 and 1/2 as an allreduce's deferred 1/size would, 4 to push the
+// norm over the clip), so its feed is checked against Python's too.
 func TestGoStepsEqualPythonSteps(t *testing.T) {
 	m := loadFixture(t)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -88,13 +92,14 @@ func TestGoStepsEqualPythonSteps(t *testing.T) {
 	grads := m.NewFlatTensors()
 	var goLosses []float32
 	var goNorms []float32
-	for step := range 4 {
+	scales := []float32{1, 1.0 / 3, 4, 0.5}
+	for step, gradientScale := range scales {
 		b := separableBatch(rng, 8)
 		b.SegmentIDs[3] = 1 // a second segment somewhere
 		b.IsRealExample[5] = 0
 		seed := DropoutSeed{11, int64(step)}
 		spec.Steps = append(spec.Steps, stepInput{rows(b.InputIDs, seqLength), rows(b.InputMask, seqLength),
-			rows(b.SegmentIDs, seqLength), b.LabelIDs, b.IsRealExample, seed[:]})
+			rows(b.SegmentIDs, seqLength), b.LabelIDs, b.IsRealExample, seed[:], gradientScale})
 		st, err := m.TrainStep(b, seed, grads)
 		if err != nil {
 			t.Fatal(err)
@@ -102,9 +107,13 @@ func TestGoStepsEqualPythonSteps(t *testing.T) {
 		if st.Examples != 7 {
 			t.Errorf("step %d: %d real examples, want 7", step, st.Examples)
 		}
-		r, err := m.Apply(grads, spec.LearningRate, spec.ClipNorm)
+		raw := norm(grads.Data)
+		r, err := m.Apply(grads, gradientScale, spec.LearningRate, spec.ClipNorm)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if want := float64(gradientScale) * raw; math.Abs(float64(r.GlobalNorm)-want) > 1e-5*want {
+			t.Errorf("step %d: global norm %v, want %v x %v", step, r.GlobalNorm, gradientScale, raw)
 		}
 		goLosses = append(goLosses, st.Loss)
 		goNorms = append(goNorms, r.GlobalNorm)
@@ -199,10 +208,10 @@ func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
 
 	run := func(second *FlatTensors, clip float32) (*FlatTensors, ApplyResult) {
 		m := loadFixture(t)
-		if _, err := m.Apply(g1, 1e-2, clip); err != nil {
+		if _, err := m.Apply(g1, 1, 1e-2, clip); err != nil {
 			t.Fatal(err)
 		}
-		r, err := m.Apply(second, 1e-2, clip)
+		r, err := m.Apply(second, 1, 1e-2, clip)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +251,7 @@ func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
 	bad := m.NewFlatTensors()
 	copy(bad.Data, g1.Data)
 	bad.Parts[7][3] = float32(math.NaN())
-	r, err := m.Apply(bad, 1e-2, 1)
+	r, err := m.Apply(bad, 1, 1e-2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,14 +264,14 @@ func TestApplyClipsByGlobalNormAndSkipsNonFinite(t *testing.T) {
 	if !slices.Equal(before.Data, after.Data) {
 		t.Error("a skipped update changed the weights")
 	}
-	if r, err := m.Apply(g1, 1e-2, 1); err != nil || !r.Applied || r.GlobalStep != 1 {
+	if r, err := m.Apply(g1, 1, 1e-2, 1); err != nil || !r.Applied || r.GlobalStep != 1 {
 		t.Errorf("finite step after a skipped one: %+v %v", r, err)
 	}
 	if err := m.ReadVariables(after); err != nil {
 		t.Fatal(err)
 	}
 	fresh := loadFixture(t)
-	if _, err := fresh.Apply(g1, 1e-2, 1); err != nil {
+	if _, err := fresh.Apply(g1, 1, 1e-2, 1); err != nil {
 		t.Fatal(err)
 	}
 	want := fresh.NewFlatTensors()
@@ -332,7 +341,7 @@ func TestCheckpointRoundTripIncludesOptimizerState(t *testing.T) {
 		if _, err := m.TrainStep(b, DropoutSeed{3, s}, grads); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Apply(grads, 1e-2, 1); err != nil {
+		if _, err := m.Apply(grads, 1, 1e-2, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

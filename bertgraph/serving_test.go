@@ -96,7 +96,7 @@ func trained(t *testing.T) *Model {
 		if _, err := m.TrainStep(separableBatch(rng, 8), DropoutSeed{1, int64(step)}, grads); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Apply(grads, 1e-2, 1); err != nil {
+		if _, err := m.Apply(grads, 1, 1e-2, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package bertgraph
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/tf"
@@ -66,22 +67,28 @@ func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTe
 
 // ApplyResult is what apply_gradients reports.
 type ApplyResult struct {
-	GlobalNorm float32 // of the gradients given, before clipping
+	GlobalNorm float32 // of the scaled gradients (gradientScale x grads), before clipping
 	GlobalStep int64   // after the step
 	// Applied is false when the global norm was not finite: then nothing changed, not even
 	// the global step.
 	Applied bool
 }
 
-// Apply clips grads (the averaged gradients) to clipNorm by global norm and applies one
-// AdamWeightDecay step with learningRate. The gradient buffers are copied into tensors the
-// model keeps, so grads may be reused right away.
-func (m *Model) Apply(grads *FlatTensors, learningRate, clipNorm float32) (ApplyResult, error) {
+// Apply applies one AdamWeightDecay step with learningRate to gradientScale x grads, clipped to
+// clipNorm by global norm. gradientScale is 1 for gradients already averaged; an allreduce that
+// sums and leaves the division to this step (horovod.Reducer with DeferAverage) passes its
+// GradientScale: the graph folds it into the multiply clipping does anyway, so averaging costs
+// no pass over the gradients of its own. The gradient buffers are copied into tensors the model
+// keeps, so grads may be reused right away.
+func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm float32) (ApplyResult, error) {
 	if err := grads.check(m.contract.Variables); err != nil {
 		return ApplyResult{}, err
 	}
 	if !(clipNorm > 0) {
 		return ApplyResult{}, fmt.Errorf("bertgraph: clip norm %v is not positive", clipNorm)
+	}
+	if !(gradientScale > 0) || math.IsInf(float64(gradientScale), 1) {
+		return ApplyResult{}, fmt.Errorf("bertgraph: gradient scale %v is not a positive finite number", gradientScale)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -96,12 +103,16 @@ func (m *Model) Apply(grads *FlatTensors, learningRate, clipNorm float32) (Apply
 		}
 		s.feed(v.GradientKey, m.grads[i])
 	}
+	if m.scalars.scale, err = reuse(m.scalars.scale, []float32{gradientScale}); err != nil {
+		return ApplyResult{}, err
+	}
 	if m.scalars.lr, err = reuse(m.scalars.lr, []float32{learningRate}); err != nil {
 		return ApplyResult{}, err
 	}
 	if m.scalars.clip, err = reuse(m.scalars.clip, []float32{clipNorm}); err != nil {
 		return ApplyResult{}, err
 	}
+	s.feed("gradient_scale", m.scalars.scale)
 	s.feed("learning_rate", m.scalars.lr)
 	s.feed("clip_norm", m.scalars.clip)
 	out, err := s.run(m.sm.Session, m.applyFetches)

@@ -9,7 +9,8 @@ global_step with their checkpoint keys, and the serving SavedModel packaged besi
 import json
 import pathlib
 
-CONTRACT_VERSION = 1
+# 2: apply_gradients takes gradient_scale (the factor the given gradients are multiplied by).
+CONTRACT_VERSION = 2
 CONTRACT_FILE = "assets.extra/gorovod_contract.json"
 SERVING_DIR = "assets.extra/serving"
 VOCAB_FILE = "assets.extra/vocab.txt"

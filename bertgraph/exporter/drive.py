@@ -7,8 +7,8 @@ and benchmarked against.
     python -m bertgraph.exporter.drive fixture --out DIR
 
 steps: runs train_step + apply_gradients for each batch of steps.json (keys as the signatures'
-inputs, plus learning_rate and clip_norm at the top) on a fresh load of the SavedModel and
-writes the losses, norms and final variables.  serve: serving_default of any SavedModel through
+inputs, gradient_scale included, plus learning_rate and clip_norm at the top) on a fresh load of
+the SavedModel and writes the losses, norms and final variables.  serve: serving_default of any SavedModel through
 tf.saved_model.load.  bench: one train_step + apply_gradients on a synthetic batch per "step"
 line of stdin, its seconds printed (see bench()), with --threads intra/inter-op threads.  fixture: what Go's bertgraph tests start from: a tiny
 training SavedModel (model/) and a Google-named checkpoint of other weights with some names
@@ -54,7 +54,8 @@ def steps(model_dir, spec):
     for step in spec["steps"]:
         out = m.signatures["train_step"](**_batch(tf, step, TRAIN_KEYS))
         applied = m.signatures["apply_gradients"](
-            learning_rate=lr, clip_norm=clip, **{k: out[k] for k in grad_keys})
+            gradient_scale=tf.constant(step["gradient_scale"], tf.float32), learning_rate=lr,
+            clip_norm=clip, **{k: out[k] for k in grad_keys})
         result["losses"].append(float(out["loss"]))
         result["correct"].append(int(out["correct"]))
         result["global_norms"].append(float(applied["global_norm"]))
@@ -95,13 +96,13 @@ def bench(model_dir, batch_size, warmup, threads, commands=sys.stdin, reply=sys.
     }
     grad_keys = [v["gradient_key"] for v in c["variables"]]
     train, apply = m.signatures["train_step"], m.signatures["apply_gradients"]
-    lr, clip = tf.constant(1e-5), tf.constant(1.0)
+    lr, clip, one = tf.constant(1e-5), tf.constant(1.0), tf.constant(1.0)
 
     def step(i):
         t0 = time.perf_counter()
         out = train(**batch, dropout_seed=tf.constant([0, i], tf.int64))
         grads = {k: out[k].numpy() for k in grad_keys}
-        apply(learning_rate=lr, clip_norm=clip, **grads)
+        apply(gradient_scale=one, learning_rate=lr, clip_norm=clip, **grads)
         return time.perf_counter() - t0
 
     for i in range(warmup):

@@ -91,9 +91,10 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
         out.update({k: tf.convert_to_tensor(g) for k, g in zip(grad_keys, grads)})
         return out
 
-    def apply_gradients(learning_rate, clip_norm, **grads):
+    def apply_gradients(gradient_scale, learning_rate, clip_norm, **grads):
         global_norm, applied = model.optimizer.apply(
-            [grads[k] for k in grad_keys], learning_rate, clip_norm, model.global_step)
+            [grads[k] for k in grad_keys], gradient_scale, learning_rate, clip_norm,
+            model.global_step)
         return {"global_norm": global_norm, "applied": applied,
                 "global_step": model.global_step.read_value()}
 
@@ -124,7 +125,8 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
         contract.TRAIN_STEP: Signature(
             train_step, dict(batch, dropout_seed=tf.TensorSpec([2], tf.int64, "dropout_seed"))),
         contract.APPLY_GRADIENTS: Signature(
-            apply_gradients, dict(grad_specs, learning_rate=scalar, clip_norm=scalar)),
+            apply_gradients, dict(grad_specs, gradient_scale=scalar, learning_rate=scalar,
+                                  clip_norm=scalar)),
         contract.EVAL_STEP: Signature(eval_step, batch),
         contract.PREDICT: predict_fn,
         contract.SERVING_DEFAULT: predict_fn,

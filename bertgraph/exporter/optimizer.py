@@ -1,11 +1,17 @@
 """AdamWeightDecay with global-norm clipping, as Google BERT's optimization.py applies it.
 
-    grads   = clip_by_global_norm(grads, clip_norm)           # after the allreduce (Horovod BERT)
+    grads   = clip_by_global_norm(gradient_scale * grads, clip_norm)   # after the allreduce
     m       = beta1 * m + (1 - beta1) * g
     v       = beta2 * v + (1 - beta2) * g^2
     update  = m / (sqrt(v) + epsilon) + weight_decay * param  # decay unless LayerNorm/layer_norm/bias
     param  -= learning_rate * update                           # no bias correction
     global_step += 1
+
+``gradient_scale`` lets the caller hand over gradients that still need a factor, such as the sum of
+an allreduce whose 1/size is left to this step: 1 means the gradients are already averaged.  It is
+folded into the multiply clipping does anyway (the norm of the scaled gradients is gradient_scale
+times the norm of the given ones), so each gradient is still multiplied once, by
+gradient_scale * clip_norm / max(gradient_scale * norm, clip_norm): no extra pass over them.
 
 A non-finite global norm (an overflowed or NaN gradient) skips the whole update: parameters, slots
 and global_step keep their values and ``applied`` says False.
@@ -40,13 +46,15 @@ class AdamWeightDecay(tf.Module):
             self.adam_m.create(name, tf.zeros(var.shape), trainable=False)
             self.adam_v.create(name, tf.zeros(var.shape), trainable=False)
 
-    def apply(self, grads, learning_rate, clip_norm, global_step):
-        """Returns (global_norm, applied).  ``grads`` are in the order of ``named_variables``."""
-        global_norm = tf.linalg.global_norm(grads)
+    def apply(self, grads, gradient_scale, learning_rate, clip_norm, global_step):
+        """Returns (global_norm, applied): the norm is that of the scaled gradients, before
+        clipping.  ``grads`` are in the order of ``named_variables``."""
+        global_norm = gradient_scale * tf.linalg.global_norm(grads)
         finite = tf.math.is_finite(global_norm)
 
         def update():
-            scale = clip_norm / tf.maximum(global_norm, clip_norm)
+            # With gradient_scale 1 this is exactly clip_by_global_norm's factor.
+            scale = gradient_scale * clip_norm / tf.maximum(global_norm, clip_norm)
             ms = [v for _, v in self.adam_m.named_variables]
             vs = [v for _, v in self.adam_v.named_variables]
             for (name, param), g, m, v in zip(self._params, grads, ms, vs):

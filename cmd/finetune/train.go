@@ -270,7 +270,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 			return step, err
 		}
 		lr := sched.LearningRate(step)
-		res, err := j.model.Apply(grads, float32(lr), float32(c.ClipNorm))
+		res, err := j.model.Apply(grads, 1, float32(lr), float32(c.ClipNorm))
 		if err != nil {
 			return step, err
 		}

@@ -72,6 +72,8 @@ def test_contract_describes_the_saved_model(dropout_on):
         assert train_outputs[v["gradient_key"]]["shape"] == v["shape"]
         assert v["weight_decay"] == ("LayerNorm" not in v["name"] and "bias" not in v["name"])
     assert set(loaded.signatures) == set(c["signatures"])
+    assert c["signatures"]["apply_gradients"]["inputs"]["gradient_scale"] == \
+        {"dtype": "float32", "shape": []}
     for key, sig in c["signatures"].items():
         fn = loaded.signatures[key]
         assert set(fn.structured_outputs) == set(sig["outputs"]), key
@@ -139,6 +141,21 @@ def _slot(m, slot, name):
     return node.numpy()
 
 
+def _apply(m, c, grads, gradient_scale, learning_rate=1e-2, clip_norm=1.0):
+    return m.signatures["apply_gradients"](
+        gradient_scale=tf.constant(gradient_scale, tf.float32),
+        learning_rate=tf.constant(learning_rate, tf.float32),
+        clip_norm=tf.constant(clip_norm, tf.float32),
+        **{v["gradient_key"]: tf.constant(g) for v, g in zip(c["variables"], grads)})
+
+
+def _state(m, c):
+    """The weights, then the Adam slots, in gradient order."""
+    names = [v["name"] for v in c["variables"]]
+    return (_variables(m, c) + [_slot(m, "adam_m", n) for n in names]
+            + [_slot(m, "adam_v", n) for n in names])
+
+
 def test_apply_gradients_is_google_adam_weight_decay_with_clipping(dropout_off):
     c = contract.read(dropout_off)
     m = tf.saved_model.load(str(dropout_off))
@@ -151,9 +168,7 @@ def test_apply_gradients_is_google_adam_weight_decay_with_clipping(dropout_off):
     for step, scale in ((1, 1e-3), (2, 1e3)):
         grads = [(rng.standard_normal(p.shape) * scale / np.sqrt(p.size)).astype(np.float32)
                  for p in params]
-        out = m.signatures["apply_gradients"](
-            learning_rate=tf.constant(1e-2), clip_norm=tf.constant(1.0),
-            **{v["gradient_key"]: tf.constant(g) for v, g in zip(c["variables"], grads)})
+        out = _apply(m, c, grads, 1.0)
         params, ms, vs, norm = _numpy_adamw(params, grads, ms, vs, names, 1e-2, 1.0)
         assert bool(out["applied"]) and int(out["global_step"]) == step
         np.testing.assert_allclose(float(out["global_norm"]), norm, rtol=1e-5)
@@ -173,12 +188,61 @@ def test_non_finite_gradient_skips_the_update(dropout_off):
     step = int(m.signatures["read_variables"]()["global_step"])
     grads = {v["gradient_key"]: tf.ones(v["shape"]) for v in c["variables"]}
     grads["grad_0003"] = tf.fill(c["variables"][3]["shape"], np.float32(np.nan))
-    out = m.signatures["apply_gradients"](learning_rate=tf.constant(0.1),
-                                          clip_norm=tf.constant(1.0), **grads)
-    assert not bool(out["applied"]) and not np.isfinite(float(out["global_norm"]))
-    assert int(out["global_step"]) == step
-    for a, b in zip(before, _variables(m, c)):
-        np.testing.assert_array_equal(a, b)
+    for scale in (1.0, 1 / 3):
+        out = m.signatures["apply_gradients"](
+            gradient_scale=tf.constant(scale), learning_rate=tf.constant(0.1),
+            clip_norm=tf.constant(1.0), **grads)
+        assert not bool(out["applied"]) and not np.isfinite(float(out["global_norm"]))
+        assert int(out["global_step"]) == step
+        for a, b in zip(before, _variables(m, c)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_gradient_scale_is_averaging_folded_into_clipping(dropout_off):
+    """apply(sum, scale=1/n) is apply(sum/n, scale=1): the step an allreduce's Sum takes when its
+    1/size is left to apply_gradients.  Three cases of the clip: inactive, active, and active on
+    the sum but not on the mean (clipping must see the scaled norm)."""
+    c = contract.read(dropout_off)
+    names = [v["name"] for v in c["variables"]]
+    n = 3  # 1/3 is inexact in binary: the two paths round differently, so this is no tautology
+    rng = np.random.default_rng(7)
+
+    def draw(norm):
+        g = [rng.standard_normal(v["shape"]) for v in c["variables"]]
+        k = norm / np.sqrt(sum(float(np.sum(x ** 2)) for x in g))
+        return [(x * k).astype(np.float32) for x in g]
+
+    for case, mean_norm in (("clip inactive", 0.2), ("clip active", 40.0),
+                            ("clip active on the sum only", 1.5 / n)):
+        scaled, averaged = (tf.saved_model.load(str(dropout_off)) for _ in range(2))
+        params = _variables(scaled, c)
+        start = params
+        ms = vs = [np.zeros_like(p) for p in params]
+        for step in (1, 2):
+            total = draw(n * mean_norm)
+            mean = [(t / np.float32(n)).astype(np.float32) for t in total]
+            a = _apply(scaled, c, total, 1 / n)
+            b = _apply(averaged, c, mean, 1.0)
+            assert bool(a["applied"]) and bool(b["applied"]) and int(a["global_step"]) == step
+            np.testing.assert_allclose(float(a["global_norm"]), mean_norm, rtol=1e-5, err_msg=case)
+            np.testing.assert_allclose(float(a["global_norm"]), float(b["global_norm"]),
+                                       rtol=1e-6, err_msg=case)
+            # The independent reference: numpy AdamWeightDecay fed the mean, clipped by its norm.
+            params, ms, vs, norm = _numpy_adamw(params, mean, ms, vs, names, 1e-2, 1.0)
+            assert (norm > 1.0) == (mean_norm > 1.0)
+        # Equal up to float32 rounding: a few ulps of each tensor's largest value.
+        for got, want, name in zip(_state(scaled, c), _state(averaged, c), names * 3):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max(),
+                                       err_msg=f"{case}: {name}")
+        for got, want, name in zip(_variables(scaled, c), params, names):
+            np.testing.assert_allclose(got, want, atol=1e-6, err_msg=f"{case}: {name}")
+        # The first moment scales with the clipped gradient: clipping by the unscaled sum's norm
+        # (1.5 in the last case) would shrink it by a third.
+        for name, want in zip(names, ms):
+            np.testing.assert_allclose(_slot(scaled, "adam_m", name), want, rtol=1e-4, atol=1e-8,
+                                       err_msg=f"{case}: {name}")
+        moved = max(float(np.abs(g - s).max()) for g, s in zip(_variables(scaled, c), start))
+        assert moved > 1e-3, case  # the comparisons above are not between untouched models
 
 
 def test_eval_step_honours_is_real_example(dropout_on):
