@@ -30,6 +30,14 @@ type ReducerOptions struct {
 	// memory: no second copy of the gradients, and gradients that lie back to back in one buffer
 	// are reduced with a single in-place backend call.
 	InPlace bool
+	// DeferAverage hands Average's division to the consumer of the gradients, which multiplies
+	// by the factor anyway (an optimizer's clipping: bertgraph.Model.Apply's gradientScale):
+	// Reduce returns the sum over ranks (of the predivided, locally averaged gradients, as
+	// Average would sum them) and GradientScale the factor that makes it the average, saving a
+	// pass over every gradient per step. Horovod has no such option. It does nothing with
+	// FP16Compression, whose division is done while widening the float16 sums, and is for
+	// Average only.
+	DeferAverage bool
 }
 
 // Reducer averages the named per-variable gradients of each train step across ranks: the
@@ -64,6 +72,12 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 	if opts.GradientPredivideFactor != 1 && opts.Op != Average {
 		return nil, errors.New("horovod: gradient predivide factor applies to Average only")
 	}
+	if opts.DeferAverage && opts.Op != Average {
+		return nil, errors.New("horovod: DeferAverage applies to Average only")
+	}
+	if opts.Compression == FP16Compression {
+		opts.DeferAverage = false // the division is free while widening: see GradientScale
+	}
 	if opts.BackwardPassesPerStep == 0 {
 		opts.BackwardPassesPerStep = 1
 	}
@@ -74,6 +88,18 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 		opts.Prefix = "gradients/"
 	}
 	return &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}}, nil
+}
+
+// GradientScale is the factor Reduce's results must be multiplied by to be what Average
+// returns: GradientPredivideFactor/Size with DeferAverage, else 1. It is exact: rounding
+// result x GradientScale once to the gradient's dtype (float32(float64(x) * f) for float32)
+// gives Average's result to the bit, as Average computes the same product. With
+// FP16Compression it is 1: the float16 sums are divided while they are widened, at no extra pass.
+func (r *Reducer) GradientScale() float64 {
+	if !r.opts.DeferAverage {
+		return 1
+	}
+	return r.opts.GradientPredivideFactor / float64(r.h.Size())
 }
 
 // Reduce takes one backward pass's gradients. On the last pass of a step (every pass when
@@ -173,6 +199,9 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 		}
 		wire, output := g.Tensor, outs[i]
 		op := AllreduceOptions{Op: r.opts.Op, Prescale: pre, Postscale: post}
+		if r.opts.DeferAverage {
+			op = AllreduceOptions{Op: Sum, Prescale: pre} // post/Size is GradientScale
+		}
 		if r.opts.Compression.compresses(g.DType) {
 			n := 2 * g.NumElements()
 			output = r.wireArena[wireOff : wireOff+n] // reduced in place, then widened
