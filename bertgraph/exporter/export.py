@@ -93,8 +93,8 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
 
     def apply_gradients(gradient_scale, learning_rate, clip_norm, **grads):
         global_norm, applied = model.optimizer.apply(
-            [grads[k] for k in grad_keys], gradient_scale, learning_rate, clip_norm,
-            model.global_step)
+            [grads[k] for k in grad_keys], learning_rate, clip_norm, model.global_step,
+            gradient_scale)
         return {"global_norm": global_norm, "applied": applied,
                 "global_step": model.global_step.read_value()}
 

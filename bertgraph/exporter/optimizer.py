@@ -46,7 +46,7 @@ class AdamWeightDecay(tf.Module):
             self.adam_m.create(name, tf.zeros(var.shape), trainable=False)
             self.adam_v.create(name, tf.zeros(var.shape), trainable=False)
 
-    def apply(self, grads, gradient_scale, learning_rate, clip_norm, global_step):
+    def apply(self, grads, learning_rate, clip_norm, global_step, gradient_scale=1.0):
         """Returns (global_norm, applied): the norm is that of the scaled gradients, before
         clipping.  ``grads`` are in the order of ``named_variables``."""
         global_norm = gradient_scale * tf.linalg.global_norm(grads)

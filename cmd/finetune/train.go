@@ -208,9 +208,11 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 	if c.UseFP16 {
 		compression = horovod.FP16Compression
 	}
-	// In place: the averages overwrite the gradients in their one contiguous buffer, which the
-	// backend reduces with a single call and Apply then reads; no copy of 90 MB per step.
-	reducer, err := j.hvd.NewReducer(horovod.ReducerOptions{Compression: compression, InPlace: true})
+	// In place: the sums overwrite the gradients in their one contiguous buffer, which the
+	// backend reduces with a single call and Apply then reads; no copy of 90 MB per step. The
+	// 1/size of the average is left to Apply (DeferAverage), which folds it into the multiply
+	// clipping does anyway: no pass over the 90 MB for it either.
+	reducer, err := j.hvd.NewReducer(horovod.ReducerOptions{Compression: compression, InPlace: true, DeferAverage: true})
 	if err != nil {
 		return step, err
 	}
@@ -270,7 +272,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 			return step, err
 		}
 		lr := sched.LearningRate(step)
-		res, err := j.model.Apply(grads, 1, float32(lr), float32(c.ClipNorm))
+		res, err := j.model.Apply(grads, float32(reducer.GradientScale()), float32(lr), float32(c.ClipNorm))
 		if err != nil {
 			return step, err
 		}
