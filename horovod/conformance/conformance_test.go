@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,7 +179,7 @@ func TestBroadcastEveryDtypeFromEveryRoot(t *testing.T) {
 }
 
 // The reducer's fp16 compression: exactly representable gradients come back exact; others come
-// back as the average of their float16 roundings, within float16's precision.
+// back as the average of their float16 roundings, within the rounding of a float16 sum.
 func TestFP16CompressionRoundTrip(t *testing.T) {
 	size := float64(hvd.Size())
 	red, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
@@ -191,11 +190,17 @@ func TestFP16CompressionRoundTrip(t *testing.T) {
 	inexact := make([]float64, 64)
 	wantExact := make([]float64, 64)
 	wantInexact := make([]float64, 64)
+	// Each of the Size-1 additions of the float16 sum rounds a partial sum, at most sumAbs in
+	// magnitude, to float16 (2^-11 relative, after float32's 2^-24 for the widened add); the sum is
+	// then divided by Size. Bounding by the result instead fails where the ranks' values cancel.
+	sumAbs := make([]float64, 64)
 	for i := range exact {
 		exact[i] = float64(hvd.Rank()+1) * float64(i-32) / 8 // multiples of 1/8: exact in float16
 		wantExact[i] = (size + 1) / 2 * float64(i-32) / 8
 		for r := 0; r < hvd.Size(); r++ {
-			wantInexact[i] += float64(fp16.ToFloat32(fp16.FromFloat64(inexactValue(r, i)))) / size
+			h := float64(fp16.ToFloat32(fp16.FromFloat64(inexactValue(r, i))))
+			wantInexact[i] += h / size
+			sumAbs[i] += math.Abs(h)
 		}
 		inexact[i] = inexactValue(hvd.Rank(), i)
 	}
@@ -212,7 +217,8 @@ func TestFP16CompressionRoundTrip(t *testing.T) {
 		expectValues(t, "exact32", out[0].Tensor, backend.Float32, []int{8, 8}, wantExact)
 		expectValues(t, "exact64", out[1].Tensor, backend.Float64, []int{64}, wantExact)
 		for i, v := range decode(out[2].Tensor) {
-			if tol := math.Abs(wantInexact[i]) * 2 * 0x1p-11 * size; math.Abs(v-wantInexact[i]) > tol {
+			tol := (size-1)/size*(0x1p-11+0x1p-24)*sumAbs[i] + 0x1p-24*math.Abs(wantInexact[i])
+			if math.Abs(v-wantInexact[i]) > tol {
 				t.Errorf("inexact[%d] = %v, want %v ± %v", i, v, wantInexact[i], tol)
 			}
 		}
@@ -324,26 +330,6 @@ func TestMatchesRawMPI(t *testing.T) {
 				t.Errorf("%s: fused horovod and MPI_Allreduce differ", key)
 			}
 		}
-	}
-}
-
-func TestTopologyMatchesLauncher(t *testing.T) {
-	if !underMPI() {
-		if hvd.Size() != 1 || hvd.Rank() != 0 || hvd.LocalSize() != 1 || hvd.CrossSize() != 1 {
-			t.Fatalf("without a launcher: rank %d of %d, local size %d, cross size %d", hvd.Rank(), hvd.Size(), hvd.LocalSize(), hvd.CrossSize())
-		}
-		return
-	}
-	for v, got := range map[string]int{
-		"OMPI_COMM_WORLD_RANK": hvd.Rank(), "OMPI_COMM_WORLD_SIZE": hvd.Size(),
-		"OMPI_COMM_WORLD_LOCAL_RANK": hvd.LocalRank(), "OMPI_COMM_WORLD_LOCAL_SIZE": hvd.LocalSize(),
-	} {
-		if want, _ := strconv.Atoi(os.Getenv(v)); got != want {
-			t.Errorf("%s=%d but horovod says %d", v, want, got)
-		}
-	}
-	if hvd.CrossSize()*hvd.LocalSize() != hvd.Size() || hvd.CrossRank() != 0 {
-		t.Errorf("one machine: cross rank %d of %d with local size %d", hvd.CrossRank(), hvd.CrossSize(), hvd.LocalSize())
 	}
 }
 

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +19,9 @@ var (
 	// raw holds MPI_Allreduce's own results for rawInput, by "dtype/op", computed before horovod
 	// starts; nil outside mpirun.
 	raw map[string][]byte
+	// hosts is the hostname each rank sees, by rank, gathered with raw MPI before horovod starts:
+	// the reference for horovod's local and cross ranks. Nil outside mpirun.
+	hosts []string
 )
 
 func underMPI() bool { return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" }
@@ -70,6 +74,9 @@ func rawReferences(comm *mpi.Comm) error {
 	raw = map[string][]byte{}
 	rank := comm.Topology().Rank
 	var err error
+	if hosts, err = gatherHostnames(comm); err != nil {
+		return err
+	}
 	for _, dt := range []backend.DType{backend.Int32, backend.Int64, backend.Float32, backend.Float64} {
 		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max} {
 			in := rawInput(dt, rank, rawN)
@@ -82,6 +89,35 @@ func rawReferences(comm *mpi.Comm) error {
 		}
 	}
 	return nil
+}
+
+// hostnameSlot bounds a hostname (HOST_NAME_MAX is 64 on Linux).
+const hostnameSlot = 256
+
+// gatherHostnames returns every rank's hostname, by rank: each rank writes its name into its own
+// slot of a zeroed buffer, and an MPI_Allreduce sum of the buffers is the gathered names.
+func gatherHostnames(comm *mpi.Comm) ([]string, error) {
+	name, err := os.Hostname()
+	if err != nil {
+		return nil, err
+	}
+	if len(name) >= hostnameSlot {
+		return nil, fmt.Errorf("hostname %q is longer than %d bytes", name, hostnameSlot-1)
+	}
+	topo := comm.Topology()
+	in := make([]byte, topo.Size*hostnameSlot)
+	copy(in[topo.Rank*hostnameSlot:], name)
+	out := make([]byte, len(in))
+	comm.Do(func() { err = rawmpi.Allreduce(in, out, backend.Uint8, backend.Sum) })
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, topo.Size)
+	for r := range names {
+		slot := out[r*hostnameSlot : (r+1)*hostnameSlot]
+		names[r] = string(slot[:bytes.IndexByte(slot, 0)])
+	}
+	return names, nil
 }
 
 // checkTimeline verifies the trace rank 0 wrote during the suite has the phases of a fused MPI
