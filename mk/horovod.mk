@@ -7,7 +7,8 @@
 #   make test-multinode the same suites over two machines simulated on this one
 #                       (scripts/fake-nodes: one UTS namespace per host, TCP between them; needs
 #                       root) in 2+2, 2+1 and interleaved 2+2 layouts, checking local and cross
-#                       ranks against each rank's hostname; then finetune's GPU placement per
+#                       ranks against each rank's hostname, and a rank dying, stalling or
+#                       freezing alone on one machine; then finetune's GPU placement per
 #                       machine and a 2+2 training run equal to one rank with 4x the batch
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
 #                       conversion vs memcpy and vs github.com/x448/float16
@@ -54,6 +55,9 @@ test-multinode: debs tflib
 	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	# Ranks dealt round-robin: local rank is not rank modulo local size.
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 --map-by node $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
+	# The last rank, alone on nodeb, dies, stalls or freezes: the job must still end, with a message.
+	GOROVOD_CONFORMANCE_LAUNCHER='$(ROOT)/scripts/fake-nodes/mpirun.sh nodea:2,nodeb:1' \
+		timeout 150 $(HVD_BUILD)/multinode/conformance.test -test.count=1 -test.run '^Test(DeadRank|StalledRank|FrozenRank)'
 	cd $(ROOT)/cmd/finetune && GOROVOD_TEST_FAKE_NODES=1 $(GO) test -count=1 -timeout 150s -run '^TestTwoMachines$$' .
 
 bench-horovod: debs

@@ -40,6 +40,11 @@ func TestChild(t *testing.T) {
 	}
 }
 
+// launcherEnv, when set, is the command line (words split at spaces) that launches the failure
+// tests' 3-rank jobs instead of mpirun -np 3: make test-multinode sets it to
+// scripts/fake-nodes/mpirun.sh nodea:2,nodeb:1, which puts the failing rank on a machine of its own.
+const launcherEnv = "GOROVOD_CONFORMANCE_LAUNCHER"
+
 // runFailingJob launches TestChild in mode on 3 ranks and returns its output, after checking the
 // job ended non-zero within the time limit.
 func runFailingJob(t *testing.T, mode string, env ...string) string {
@@ -47,17 +52,30 @@ func runFailingJob(t *testing.T, mode string, env ...string) string {
 	if underMPI() {
 		t.Skip("launches its own mpirun")
 	}
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not installed (make setup installs it)")
+	env = append(env, childEnv+"="+mode)
+	launcher := strings.Fields(os.Getenv(launcherEnv))
+	if len(launcher) == 0 {
+		mpirun, err := exec.LookPath("mpirun")
+		if err != nil {
+			t.Skip("mpirun not installed (make setup installs it)")
+		}
+		launcher = []string{mpirun, "--oversubscribe", "--bind-to", "none", "-np", "3"}
+	} else {
+		// Between machines the ranks get only what mpirun forwards.
+		for _, v := range env {
+			launcher = append(launcher, "-x", v)
+		}
 	}
 	const limit = 60 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "--bind-to", "none", "-np", "3",
-		os.Args[0], "-test.run", "^TestChild$", "-test.count", "1")
-	cmd.Env = append(os.Environ(), append(env, childEnv+"="+mode,
-		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")...)
+	cmd := exec.CommandContext(ctx, launcher[0], append(launcher[1:], os.Args[0], "-test.run", "^TestChild$", "-test.count", "1")...)
+	cmd.Env = append(os.Environ(), append(env, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")...)
+	// On timeout, kill the launcher's whole process group: mpirun (behind a wrapper script, too)
+	// and its ranks, not the launcher alone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	elapsed := time.Since(start)
