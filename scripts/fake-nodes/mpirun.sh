@@ -1,13 +1,14 @@
 #!/bin/sh
-# mpirun over simulated machines: `mpirun.sh LAYOUT [MPIRUN-ARGS] PROGRAM [ARGS]`, where LAYOUT
-# is HOST:SLOTS[,HOST:SLOTS...] (e.g. nodea:2,nodeb:2), runs one rank per slot, filling the hosts
-# in order (rank 0 on the first host; MPIRUN-ARGS follow the script's own, so --map-by node deals
-# them round-robin instead, but an --mca the script sets may not be repeated). Each host is a UTS namespace started by rsh-agent.sh; all
-# traffic stays on the loopback interface. The ranks find LAYOUT in GOROVOD_FAKE_NODES, so tests
-# can check what each rank sees against it. Nothing else of this environment reaches the ranks:
-# pass it with -x NAME, as between real machines. Fails, saying why, where the namespaces cannot
-# be made (no unshare, or not root), instead of running every rank on one host. Bound it with
-# timeout(1), which signals the whole process group (this shell, mpirun and its daemons).
+# mpirun over simulated machines: `mpirun.sh LAYOUT [MPIRUN-ARGS] PROGRAM [ARGS]`, where LAYOUT is
+# HOST:SLOTS[,HOST:SLOTS...] (e.g. nodea:2,nodeb:2), runs one rank per slot, filling the hosts in
+# order (rank 0 on the first host; MPIRUN-ARGS follow the script's own, so --map-by node deals them
+# round-robin instead, but an --mca the script sets may not be repeated). Each host is a UTS
+# namespace started by rsh-agent.sh; all traffic stays on the loopback interface. The ranks find
+# LAYOUT in GOROVOD_FAKE_NODES, so tests can check what each rank sees against it. Nothing else of
+# this environment reaches the ranks: pass it with -x NAME, as between real machines. Fails, saying
+# why, where the namespaces cannot be made (no unshare, or not root), instead of running every rank
+# on one host. Bound it with timeout(1), which signals the whole process group (this shell, mpirun
+# and its daemons).
 set -eu
 if [ $# -lt 2 ]; then
 	echo "usage: $0 HOST:SLOTS[,HOST:SLOTS...] [mpirun args] PROGRAM [args]" >&2
