@@ -5,9 +5,13 @@ package atomicfile
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // File is a file being written; its content becomes visible at Commit.
@@ -18,13 +22,21 @@ type File struct {
 	done bool
 }
 
-// Create starts writing path.
+// Create starts writing path. The file gets the mode os.Create gives a new file, 0666 less the
+// umask (os.CreateTemp's 0600 would hide results and checkpoints from the other users of a
+// shared output directory), under a temporary name .<base>.tmp<random> beside path.
 func Create(path string) (*File, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return nil, fmt.Errorf("writing %s: %w", path, err)
+	prefix := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	for tries := 0; ; tries++ {
+		f, err := os.OpenFile(prefix+strconv.FormatUint(rand.Uint64(), 36), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) && tries < 100 {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("writing %s: %w", path, err)
+		}
+		return &File{Writer: bufio.NewWriter(f), path: path, f: f}, nil
 	}
-	return &File{Writer: bufio.NewWriter(f), path: path, f: f}, nil
 }
 
 // Commit flushes, syncs and renames the file into place.
