@@ -14,24 +14,36 @@ import (
 // once. SIGTERM matters as much as SIGINT: mpirun turns a Ctrl-C into SIGTERM for the ranks, and
 // schedulers preempt with it.
 type stopper struct {
-	sig atomic.Value // os.Signal of the first request
-	ch  chan os.Signal
+	sig    atomic.Value // os.Signal of the first request
+	ch     chan os.Signal
+	closed chan struct{} // closed by close: the watcher returns
+	exited chan struct{} // closed by the watcher as it returns
 }
 
 func newStopper() *stopper {
-	s := &stopper{ch: make(chan os.Signal, 2)}
+	s := &stopper{ch: make(chan os.Signal, 2), closed: make(chan struct{}), exited: make(chan struct{})}
 	// A closed standard output (mpirun tearing down its forwarding) must not kill rank 0 in the
 	// middle of its last checkpoint: writes then fail with EPIPE instead.
 	signal.Ignore(syscall.SIGPIPE)
 	signal.Notify(s.ch, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		first := <-s.ch
+	go s.watch()
+	return s
+}
+
+func (s *stopper) watch() {
+	defer close(s.exited)
+	select {
+	case first := <-s.ch:
 		s.sig.Store(first)
-		second := <-s.ch
+	case <-s.closed:
+		return
+	}
+	select {
+	case second := <-s.ch:
 		fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
 		os.Exit(exitCode(second))
-	}()
-	return s
+	case <-s.closed:
+	}
 }
 
 // requested returns the signal that asked to stop, or nil.
@@ -40,7 +52,13 @@ func (s *stopper) requested() os.Signal {
 	return v
 }
 
-func (s *stopper) close() { signal.Stop(s.ch) }
+// close stops catching the signals and waits for the watcher to return, so that a run inside a
+// longer-lived process (the tests) leaves no goroutine behind.
+func (s *stopper) close() {
+	signal.Stop(s.ch)
+	close(s.closed)
+	<-s.exited
+}
 
 // exitCode is the shell's 128 + signal number.
 func exitCode(sig os.Signal) int {
