@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/walltime"
 )
 
 // StateFile is the name of TensorFlow's checkpoint state file.
@@ -73,7 +74,7 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 	if keepEveryNHours < 0 {
 		return nil, fmt.Errorf("checkpoint: keep_checkpoint_every_n_hours %v is negative", keepEveryNHours)
 	}
-	m := &Manager{dir: dir, maxToKeep: maxToKeep, now: now, remove: os.Remove, lastPreserved: unixSeconds(now())}
+	m := &Manager{dir: dir, maxToKeep: maxToKeep, now: now, remove: os.Remove, lastPreserved: walltime.Seconds(now())}
 	if keepEveryNHours > 0 && keepEveryNHours < 1e9 {
 		m.keepEvery = time.Duration(keepEveryNHours * float64(time.Hour))
 	}
@@ -105,9 +106,6 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 	}
 	return m, nil
 }
-
-// Dir returns the directory the manager writes into.
-func (m *Manager) Dir() string { return m.dir }
 
 // Latest returns the prefix (absolute or relative to the working directory, usable by a restore)
 // and global step of the newest checkpoint, or ok == false when the directory has none. When the
@@ -265,7 +263,7 @@ func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 			break
 		}
 	}
-	m.kept = append(m.kept, entry{rel: rel, time: unixSeconds(m.now())})
+	m.kept = append(m.kept, entry{rel: rel, time: walltime.Seconds(m.now())})
 	m.latestPrefixRel = rel
 	dropped := m.retain()
 	// The state file first: a crash before the deletions leaves files no state names, never a
@@ -443,5 +441,3 @@ func syncFile(path string) error {
 	}
 	return nil
 }
-
-func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/walltime"
 )
 
 // fileVersion is the first event of every file; TensorBoard checks it.
@@ -77,7 +78,7 @@ func (w *Writer) Path() string { return w.path }
 func (w *Writer) header(step int64) []byte {
 	b := w.ev[:0]
 	b = protowire.AppendTag(b, eventWallTime, protowire.Fixed64Type)
-	b = protowire.AppendFixed64(b, math.Float64bits(unixSeconds(w.now())))
+	b = protowire.AppendFixed64(b, math.Float64bits(walltime.Seconds(w.now())))
 	if step != 0 {
 		b = protowire.AppendTag(b, eventStep, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(step))
@@ -129,5 +130,3 @@ func (w *Writer) Close() error {
 	}
 	return nil
 }
-
-func unixSeconds(t time.Time) float64 { return float64(t.Unix()) + float64(t.Nanosecond())/1e9 }
