@@ -275,19 +275,22 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestGLUEReader(t *testing.T) {
-	path := writeFile(t, "dev.tsv", "index\tquestion\tsentence\tlabel\n0\tWhat?\tThis.\tentailment\n1\tWho?\tHim.\tnot_entailment\n2\tWhy?\t\tentailment\n")
-	exs, counts, err := readAll(t, path, ReadOptions{Format: FormatGLUE, TextAColumn: "question", TextBColumn: "sentence", SkipBad: true})
+	path := writeFile(t, "dev.tsv", "index\tquestion\tsentence\tlabel\n0\tWhat?\tThis.\tentailment\n1\tWho?\tHim.\tnot_entailment\n2\tWhy?\t\tentailment\n3\t\tEmpty a.\tentailment\n")
+	exs, counts, err := readAll(t, path, ReadOptions{Format: FormatGLUE, TextA: ColumnNamed("question"), TextB: ColumnNamed("sentence"), SkipBad: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An empty text_b is a single-sequence example (run_classifier's `if example.text_b`); an
+	// empty text_a is bad input.
 	want := []InputExample{
 		{GUID: path + ":2", TextA: "What?", TextB: "This.", Label: "entailment"},
 		{GUID: path + ":3", TextA: "Who?", TextB: "Him.", Label: "not_entailment"},
+		{GUID: path + ":4", TextA: "Why?", TextB: "", Label: "entailment"},
 	}
-	if !slices.Equal(exs, want) || counts != (Counts{Lines: 3, Read: 2, Skipped: 1}) {
+	if !slices.Equal(exs, want) || counts != (Counts{Lines: 4, Read: 3, Skipped: 1}) {
 		t.Errorf("got %+v %+v", exs, counts)
 	}
-	_, _, err = readAll(t, path, ReadOptions{Format: FormatGLUE, TextAColumn: "premise"})
+	_, _, err = readAll(t, path, ReadOptions{Format: FormatGLUE, TextA: ColumnNamed("premise")})
 	if err == nil || !strings.Contains(err.Error(), `no column "premise"`) || !strings.Contains(err.Error(), path+":1") {
 		t.Errorf("missing column: %v", err)
 	}
@@ -300,9 +303,49 @@ func TestGLUEReader(t *testing.T) {
 	if err != nil || len(exs) != 1 || exs[0].Label != "" || exs[0].TextA != "hello" {
 		t.Errorf("unlabelled: %+v %v", exs, err)
 	}
-	l, err := LabelsFromFile(path, ReadOptions{Format: FormatGLUE, TextAColumn: "question", SkipBad: true, Rank: 1, Size: 2})
+	l, err := LabelsFromFile(path, ReadOptions{Format: FormatGLUE, TextA: ColumnNamed("question"), SkipBad: true, Rank: 1, Size: 2})
 	if err != nil || !slices.Equal(l.Names(), []string{"entailment", "not_entailment"}) {
 		t.Errorf("LabelsFromFile: %v %v", l, err)
+	}
+}
+
+// Columns by index as run_classifier's processors pick them: CoLA's header-less train.tsv,
+// MNLI's label in the last field (line[-1]), quotes read as plain characters.
+func TestGLUEColumnsByIndex(t *testing.T) {
+	cola := writeFile(t, "cola.tsv", "gj04\t1\t\tThe sailors rode the breeze \"clear\" of the rocks.\ngj04\t0\t*\t\"Unbalanced quote.\n")
+	exs, _, err := readAll(t, cola, ReadOptions{Format: FormatGLUE, NoHeader: true, TextA: ColumnAt(3), Label: ColumnAt(1)})
+	want := []InputExample{
+		{GUID: cola + ":1", TextA: `The sailors rode the breeze "clear" of the rocks.`, Label: "1"},
+		{GUID: cola + ":2", TextA: `"Unbalanced quote.`, Label: "0"},
+	}
+	if err != nil || !slices.Equal(exs, want) {
+		t.Errorf("no header: %+v %v", exs, err)
+	}
+	short := writeFile(t, "short.tsv", "gj04\t1\t\tfine\ngj04\t0\n")
+	if _, _, err := readAll(t, short, ReadOptions{Format: FormatGLUE, NoHeader: true, TextA: ColumnAt(3), Label: ColumnAt(1)}); err == nil ||
+		!strings.Contains(err.Error(), short+":2: 2 tab-separated fields, no column 3 for text_a") {
+		t.Errorf("no header, short line: %v", err)
+	}
+	if _, err := Open(cola, ReadOptions{Format: FormatGLUE, NoHeader: true}); err == nil || !strings.Contains(err.Error(), `column "sentence" by name`) {
+		t.Errorf("named column without header: %v", err)
+	}
+	mnli := writeFile(t, "mnli.tsv", "index\tsentence1\tsentence2\tlabel1\tgold_label\n0\tA man.\tA person.\tneutral\tentailment\n")
+	exs, _, err = readAll(t, mnli, ReadOptions{Format: FormatGLUE, TextA: ColumnAt(1), TextB: ColumnAt(2), Label: ColumnAt(-1)})
+	if err != nil || len(exs) != 1 || exs[0].Label != "entailment" || exs[0].TextB != "A person." {
+		t.Errorf("line[-1]: %+v %v", exs, err)
+	}
+	if _, err := Open(mnli, ReadOptions{Format: FormatGLUE, TextA: ColumnAt(9)}); err == nil || !strings.Contains(err.Error(), mnli+":1: header has 5 columns, no column 9 for text_a") {
+		t.Errorf("index beyond the header: %v", err)
+	}
+}
+
+// A seed-format test file may omit the labels: then the whole line is the text, tabs included.
+func TestSeedUnlabelled(t *testing.T) {
+	path := writeFile(t, "test.tsv", "a review\nwith\ta tab\n")
+	exs, _, err := readAll(t, path, ReadOptions{Unlabelled: true})
+	want := []InputExample{{GUID: path + ":1", TextA: "a review"}, {GUID: path + ":2", TextA: "with\ta tab"}}
+	if err != nil || !slices.Equal(exs, want) {
+		t.Errorf("got %+v %v", exs, err)
 	}
 }
 

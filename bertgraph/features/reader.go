@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -19,20 +20,48 @@ const (
 	// BERT recipe's train_bert.txt and of `make data`'s IMDB files). The text is everything after
 	// the first tab.
 	FormatSeed Format = iota
-	// FormatGLUE is tab-separated values with a header line naming the columns; ReadOptions say
-	// which columns hold the texts and the label. No quoting, as run_classifier's _read_tsv.
+	// FormatGLUE is tab-separated values, by default with a header line naming the columns;
+	// ReadOptions say which columns hold the texts and the label. No quoting: a quote is a
+	// character like any other, as run_classifier's _read_tsv (csv with quotechar=None).
 	FormatGLUE
 )
+
+// Column picks a field of a FormatGLUE line: by header name, or by 0-based index as
+// run_classifier's processors do (line[3]); a negative index counts from the end (line[-1]).
+// The zero Column is no column.
+type Column struct {
+	name  string
+	index int
+	set   bool
+}
+
+// ColumnNamed is the field under header name.
+func ColumnNamed(name string) Column { return Column{name: name, set: true} }
+
+// ColumnAt is the field at index; -1 is the last.
+func ColumnAt(index int) Column { return Column{index: index, set: true} }
+
+// String is how errors name the column.
+func (c Column) String() string {
+	if c.name != "" {
+		return fmt.Sprintf("%q", c.name)
+	}
+	return fmt.Sprintf("%d", c.index)
+}
 
 // ReadOptions configure a Reader.
 type ReadOptions struct {
 	Format Format
-	// Columns of FormatGLUE, by header name. TextBColumn "" means single-sequence examples;
-	// LabelColumn "" means unlabelled examples (predict). TextAColumn defaults to "sentence",
-	// LabelColumn to "label" unless Unlabelled is set.
-	TextAColumn, TextBColumn, LabelColumn string
-	// Unlabelled reads FormatGLUE without a label column.
+	// Columns of FormatGLUE. TextA defaults to the column named "sentence"; Label to the one
+	// named "label" unless Unlabelled is set. A zero TextB means single-sequence examples.
+	TextA, TextB, Label Column
+	// Unlabelled reads FormatGLUE without a label column, and FormatSeed lines as the text
+	// alone, without `label<TAB>` (a test file without labels).
 	Unlabelled bool
+	// NoHeader reads FormatGLUE without a header line (CoLA's train.tsv and dev.tsv): every line
+	// is data and the columns must be by index. With a header, every line must have its number
+	// of fields; without, enough fields for the columns.
+	NoHeader bool
 	// Rank and Size shard the file: data line i (0-based, the header not counted) belongs to rank
 	// i % Size, as in the Horovod BERT recipe. Size 0 means 1.
 	Rank, Size int
@@ -71,8 +100,10 @@ type Reader struct {
 	opts   ReadOptions
 	line   int // 1-based number of the last line read
 	counts Counts
-	// GLUE column indexes; -1 for absent.
-	nCols, colA, colB, colLabel int
+	// FormatGLUE: the header's number of fields (0 without header) and the columns, by index
+	// once the header resolved the names.
+	nCols                int
+	colA, colB, colLabel Column
 }
 
 // ShardSize checks that rank is one of size processes' shards and returns size, 0 meaning 1
@@ -97,9 +128,9 @@ func Open(path string, opts ReadOptions) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("features: %w", err)
 	}
-	r := &Reader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<16), opts: opts, colA: -1, colB: -1, colLabel: -1}
+	r := &Reader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<16), opts: opts}
 	if opts.Format == FormatGLUE {
-		if err := r.readHeader(); err != nil {
+		if err := r.columns(); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -200,7 +231,10 @@ func (r *Reader) parse(raw []byte, build bool) (InputExample, string) {
 		return InputExample{}, reason
 	}
 	var label, textA, textB []byte
-	if r.opts.Format == FormatSeed {
+	switch {
+	case r.opts.Format == FormatSeed && r.opts.Unlabelled:
+		textA = raw
+	case r.opts.Format == FormatSeed:
 		var ok bool
 		if label, textA, ok = bytes.Cut(raw, []byte{'\t'}); !ok {
 			return InputExample{}, "no tab: expected `label<TAB>text`"
@@ -208,19 +242,26 @@ func (r *Reader) parse(raw []byte, build bool) (InputExample, string) {
 		if len(label) == 0 {
 			return InputExample{}, "empty label"
 		}
-	} else {
+	default:
 		fields := bytes.Split(raw, []byte{'\t'})
-		if len(fields) != r.nCols {
+		if r.nCols > 0 && len(fields) != r.nCols {
 			return InputExample{}, fmt.Sprintf("%d tab-separated fields, the header has %d", len(fields), r.nCols)
 		}
-		textA = fields[r.colA]
-		if r.colB >= 0 {
-			if textB = fields[r.colB]; len(bytes.TrimSpace(textB)) == 0 {
-				return InputExample{}, "empty text_b"
+		var reason string
+		if textA, reason = field(fields, r.colA, "text_a"); reason != "" {
+			return InputExample{}, reason
+		}
+		// An empty text_b is kept: run_classifier makes it a single-sequence example.
+		if r.colB.set {
+			if textB, reason = field(fields, r.colB, "text_b"); reason != "" {
+				return InputExample{}, reason
 			}
 		}
-		if r.colLabel >= 0 {
-			if label = fields[r.colLabel]; len(label) == 0 {
+		if r.colLabel.set {
+			if label, reason = field(fields, r.colLabel, "label"); reason != "" {
+				return InputExample{}, reason
+			}
+			if len(label) == 0 {
 				return InputExample{}, "empty label"
 			}
 		}
@@ -242,7 +283,40 @@ func (r *Reader) parse(raw []byte, build bool) (InputExample, string) {
 	}, ""
 }
 
-func (r *Reader) readHeader() error {
+// field returns the field of col, or why the line has none.
+func field(fields [][]byte, col Column, what string) ([]byte, string) {
+	i := col.index
+	if i < 0 {
+		i += len(fields)
+	}
+	if i < 0 || i >= len(fields) {
+		return nil, fmt.Sprintf("%d tab-separated fields, no column %d for %s", len(fields), col.index, what)
+	}
+	return fields[i], ""
+}
+
+// columns settles the GLUE columns: the defaults, and names resolved to indexes through the
+// header line, which it reads unless NoHeader.
+func (r *Reader) columns() error {
+	o := &r.opts
+	if !o.TextA.set {
+		o.TextA = ColumnNamed("sentence")
+	}
+	if !o.Label.set && !o.Unlabelled {
+		o.Label = ColumnNamed("label")
+	}
+	if o.Unlabelled {
+		o.Label = Column{}
+	}
+	r.colA, r.colB, r.colLabel = o.TextA, o.TextB, o.Label
+	if o.NoHeader {
+		for _, c := range []Column{r.colA, r.colB, r.colLabel} {
+			if c.name != "" {
+				return fmt.Errorf("features: %s: column %s by name, but the file is read without a header", r.path, c)
+			}
+		}
+		return nil
+	}
 	raw, err := r.readLine()
 	if err == io.EOF {
 		return fmt.Errorf("features: %s: empty file: expected a header line", r.path)
@@ -255,32 +329,22 @@ func (r *Reader) readHeader() error {
 	}
 	cols := strings.Split(string(raw), "\t")
 	r.nCols = len(cols)
-	o := r.opts
-	if o.TextAColumn == "" {
-		o.TextAColumn = "sentence"
-	}
-	if o.LabelColumn == "" && !o.Unlabelled {
-		o.LabelColumn = "label"
-	}
-	find := func(name string) (int, error) {
-		for i, c := range cols {
-			if c == name {
-				return i, nil
-			}
+	resolve := func(c *Column, what string) error {
+		if !c.set {
+			return nil
 		}
-		return -1, &LineError{Path: r.path, Line: 1, Reason: fmt.Sprintf("header has no column %q (columns: %q)", name, cols)}
+		if c.name == "" {
+			if i := c.index; i >= len(cols) || i < -len(cols) {
+				return &LineError{Path: r.path, Line: 1, Reason: fmt.Sprintf("header has %d columns, no column %d for %s", len(cols), i, what)}
+			}
+			return nil
+		}
+		i := slices.Index(cols, c.name)
+		if i < 0 {
+			return &LineError{Path: r.path, Line: 1, Reason: fmt.Sprintf("header has no column %q (columns: %q)", c.name, cols)}
+		}
+		*c = ColumnAt(i)
+		return nil
 	}
-	var errs []error
-	var e error
-	r.colA, e = find(o.TextAColumn)
-	errs = append(errs, e)
-	if o.TextBColumn != "" {
-		r.colB, e = find(o.TextBColumn)
-		errs = append(errs, e)
-	}
-	if !o.Unlabelled {
-		r.colLabel, e = find(o.LabelColumn)
-		errs = append(errs, e)
-	}
-	return errors.Join(errs...)
+	return errors.Join(resolve(&r.colA, "text_a"), resolve(&r.colB, "text_b"), resolve(&r.colLabel, "label"))
 }
