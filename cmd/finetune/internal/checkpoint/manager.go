@@ -46,6 +46,7 @@ type Manager struct {
 	keepEvery       time.Duration // 0 preserves none beyond maxToKeep
 	now             func() time.Time
 	remove          func(path string) error // os.Remove; tests inject failures
+	rename          func(from, to string) error // os.Rename; tests inject failures
 	kept            []entry                 // oldest first: the checkpoints listed in the state file
 	lastPreserved   float64                 // unix seconds
 	latestPrefixRel string
@@ -74,13 +75,14 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 	if keepEveryNHours < 0 {
 		return nil, fmt.Errorf("checkpoint: keep_checkpoint_every_n_hours %v is negative", keepEveryNHours)
 	}
-	m := &Manager{dir: dir, maxToKeep: maxToKeep, now: now, remove: os.Remove, lastPreserved: walltime.Seconds(now())}
+	m := &Manager{dir: dir, maxToKeep: maxToKeep, now: now, remove: os.Remove, rename: os.Rename, lastPreserved: walltime.Seconds(now())}
 	if keepEveryNHours > 0 && keepEveryNHours < 1e9 {
 		m.keepEvery = time.Duration(keepEveryNHours * float64(time.Hour))
 	}
 	stale, _ := filepath.Glob(filepath.Join(dir, "."+Basename+"-*.tmp*"))
 	staleState, _ := filepath.Glob(filepath.Join(dir, "."+StateFile+".tmp*"))
 	stale = append(stale, staleState...)
+	stale = append(stale, partialCheckpoints(dir)...)
 	for _, s := range stale {
 		if err := os.RemoveAll(s); err != nil {
 			return nil, fmt.Errorf("checkpoint: removing an interrupted save: %w", err)
@@ -253,7 +255,7 @@ func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 	if err := save(filepath.Join(tmpDir, rel)); err != nil {
 		return "", fmt.Errorf("checkpoint: saving step %d: %w", step, err)
 	}
-	if err := moveCheckpoint(tmpDir, rel, m.dir); err != nil {
+	if err := m.moveCheckpoint(tmpDir, rel); err != nil {
 		return "", err
 	}
 	// Remove an older entry of the same name (a restart that re-saves the same step).
@@ -279,9 +281,10 @@ func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 	return final, nil
 }
 
-// moveCheckpoint renames the files of tmpDir/rel.* into dir: the data shards first, the index
-// last, each synced, then the directory.
-func moveCheckpoint(tmpDir, rel, dir string) error {
+// moveCheckpoint renames the files of tmpDir/rel.* into the manager's directory: the data
+// shards first, the index last, each synced, then the directory. When a rename fails, the files
+// already moved are removed again, so that no partial checkpoint stays behind.
+func (m *Manager) moveCheckpoint(tmpDir, rel string) (err error) {
 	files, err := filepath.Glob(filepath.Join(tmpDir, rel+".*"))
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -298,16 +301,50 @@ func moveCheckpoint(tmpDir, rel, dir string) error {
 	if index == "" || len(data) == 0 {
 		return fmt.Errorf("checkpoint: the saver wrote no %s.index and .data files (found %v)", rel, files)
 	}
+	var moved []string
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, f := range moved {
+			if rerr := m.remove(f); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				err = errors.Join(err, fmt.Errorf("checkpoint: removing the partial checkpoint: %w", rerr))
+			}
+		}
+	}()
 	for _, f := range append(data, index) {
 		if err := syncFile(f); err != nil {
 			return err
 		}
-		if err := os.Rename(f, filepath.Join(dir, filepath.Base(f))); err != nil {
+		to := filepath.Join(m.dir, filepath.Base(f))
+		if err := m.rename(f, to); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
+		moved = append(moved, to)
 	}
-	return atomicfile.SyncDir(dir)
+	return atomicfile.SyncDir(m.dir)
 }
+
+// partialCheckpoints lists the files of the checkpoints of dir that have no index: the index is
+// moved into place last, so these are what a save killed while moving its files left behind.
+// TensorFlow cannot open them and no state file names them as complete.
+func partialCheckpoints(dir string) []string {
+	files, _ := filepath.Glob(filepath.Join(dir, Basename+"-*.*"))
+	var partial []string
+	for _, f := range files {
+		m := checkpointFile.FindStringSubmatch(filepath.Base(f))
+		if m == nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, m[1]+".index")); errors.Is(err, os.ErrNotExist) {
+			partial = append(partial, f)
+		}
+	}
+	return partial
+}
+
+// checkpointFile matches the name of a checkpoint's file; group 1 is its prefix.
+var checkpointFile = regexp.MustCompile(`^(` + regexp.QuoteMeta(Basename) + `-\d+)\.`)
 
 // retain applies keep_checkpoint_max and keep_checkpoint_every_n_hours as
 // tf.train.CheckpointManager does: beyond the newest maxToKeep, a checkpoint at least keepEvery

@@ -399,3 +399,83 @@ func TestSidecarFilesTravelAndAreDeletedWithTheirCheckpoint(t *testing.T) {
 		t.Fatalf("after retention the directory holds %v, want %v", names, want)
 	}
 }
+
+// A save whose files cannot all be moved into place (here the index, after the data shard and
+// a sidecar moved) removes the ones that did, leaves the state file and the previous checkpoint
+// as they were, and does not stop the next save.
+func TestFailedMoveLeavesNoPartialCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	m, err := Open(dir, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Save(5, fakeSave("good")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	withSidecar := func(prefix string) error {
+		if err := fakeSave("new")(prefix); err != nil {
+			return err
+		}
+		return os.WriteFile(prefix+".input_position.json", []byte("{}"), 0o644)
+	}
+	boom := errors.New("EIO")
+	var renamed []string
+	m.rename = func(from, to string) error {
+		if strings.HasSuffix(to, ".index") {
+			return boom
+		}
+		renamed = append(renamed, filepath.Base(to))
+		return os.Rename(from, to)
+	}
+	if _, err := m.Save(6, withSidecar); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the rename's", err)
+	}
+	if len(renamed) != 2 {
+		t.Fatalf("the injected failure came after %v; want the data shard and the sidecar moved first", renamed)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "model.ckpt-6*")); left != nil {
+		t.Errorf("the failed save left %v", left)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, StateFile)); string(after) != string(before) {
+		t.Errorf("state changed by a failed save:\n%s\n->\n%s", before, after)
+	}
+	if prefix, step, ok, err := m.Latest(); err != nil || !ok || step != 5 {
+		t.Fatalf("Latest after the failed save = %q %d %v %v", prefix, step, ok, err)
+	}
+	m.rename = os.Rename
+	if _, err := m.Save(6, withSidecar); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listCheckpoints(t, dir), []string{"model.ckpt-5", "model.ckpt-6"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("on disk %v, want %v", got, want)
+	}
+}
+
+// A save killed while moving its files leaves files of a checkpoint without its index (the index
+// moves last): Open removes them and nothing else.
+func TestOpenRemovesCheckpointsWithoutIndex(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 3, 0)
+	if _, err := m.Save(5, fakeSave("good")); err != nil {
+		t.Fatal(err)
+	}
+	partial := []string{"model.ckpt-50.data-00000-of-00002", "model.ckpt-50.input_position.json"}
+	for _, f := range partial {
+		os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644)
+	}
+	other := filepath.Join(dir, "model.ckpt-best.data-00000-of-00001") // not ours to judge
+	os.WriteFile(other, nil, 0o644)
+	if _, err := Open(dir, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{StateFile, "model.ckpt-5.data-00000-of-00001", "model.ckpt-5.index", "model.ckpt-best.data-00000-of-00001"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("after Open the directory holds %v, want %v", names, want)
+	}
+}
