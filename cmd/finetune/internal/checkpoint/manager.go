@@ -45,10 +45,10 @@ type Manager struct {
 	maxToKeep       int           // 0 keeps every checkpoint
 	keepEvery       time.Duration // 0 preserves none beyond maxToKeep
 	now             func() time.Time
-	remove          func(path string) error // os.Remove; tests inject failures
+	remove          func(path string) error     // os.Remove; tests inject failures
 	rename          func(from, to string) error // os.Rename; tests inject failures
-	kept            []entry                 // oldest first: the checkpoints listed in the state file
-	lastPreserved   float64                 // unix seconds
+	kept            []entry                     // oldest first: the checkpoints listed in the state file
+	lastPreserved   float64                     // unix seconds
 	latestPrefixRel string
 
 	// Warnf receives the warning of Latest when it falls back to an older checkpoint;
