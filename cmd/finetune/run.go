@@ -94,6 +94,8 @@ func run(args []string) int {
 func allreduceOptions(choice string) []horovod.Option {
 	cfg := ncclbackend.Config{
 		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "finetune: "+format+"\n", args...) },
+		// auto's fallback is one line; the explicit choice fails with every rank's full reason.
+		FullReasonHint: "--allreduce_backend=nccl reports why in full",
 	}
 	switch {
 	case choice == "nccl":
@@ -162,33 +164,28 @@ func (j *job) run() error {
 // that arrived meanwhile, on any rank, stops every rank here.
 func (j *job) setup() error {
 	err := j.prepare()
-	status := int32(1) // 1 ready, 0 failed, -n signal n
+	status := int64(1) // 1 ready, 0 failed, -n signal n
 	if err != nil {
 		status = 0
 	} else if sig := j.stop.requested(); sig != nil {
-		status = -int32(signalNumber(sig))
+		status = -int64(signalNumber(sig))
 	}
-	statuses := []int32{status}
-	if j.size > 1 {
-		t, _ := horovod.NewTensor([]int{1}, statuses)
-		all, aerr := j.hvd.Allgather("finetune/setup", t)
-		if aerr != nil {
-			return errors.Join(err, aerr)
-		}
-		statuses, _ = horovod.Values[int32](all)
-		var failed []string
-		for r, f := range statuses {
-			if f == 0 {
-				failed = append(failed, strconv.Itoa(r))
-			}
-		}
-		if err == nil && failed != nil {
-			err = fmt.Errorf("rank(s) %s could not start (see their errors); stopping before training", strings.Join(failed, ", "))
+	perRank, aerr := j.gatherInt64("finetune/setup", status)
+	if aerr != nil {
+		return errors.Join(err, aerr)
+	}
+	var failed []string
+	for r, row := range perRank {
+		if row[0] == 0 {
+			failed = append(failed, strconv.Itoa(r))
 		}
 	}
-	for _, s := range statuses {
-		if err == nil && s < 0 {
-			err = errInterrupted{syscall.Signal(-s), "during setup"}
+	if err == nil && failed != nil {
+		err = fmt.Errorf("rank(s) %s could not start (see their errors); stopping before training", strings.Join(failed, ", "))
+	}
+	for _, row := range perRank {
+		if err == nil && row[0] < 0 {
+			err = errInterrupted{syscall.Signal(-row[0]), "during setup"}
 		}
 	}
 	if err != nil && j.model != nil {

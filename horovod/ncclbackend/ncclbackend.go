@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"strings"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/nccl"
@@ -25,8 +26,13 @@ import (
 // places (see nccl.Options) and logs with the log package.
 type Config struct {
 	Libraries nccl.Options
-	// Logf receives the one-line placement report of each rank.
+	// Logf receives the one-line placement report of each rank, and AutoOpener's one line when
+	// it keeps the collectives on the control backend.
 	Logf func(format string, args ...any)
+	// FullReasonHint ends AutoOpener's line: how the user gets each rank's full reason (the
+	// places searched for a missing library, say). Default: "ncclbackend.Open reports each
+	// rank's full reason".
+	FullReasonHint string
 }
 
 // Opener returns the backend.Opener for horovod.WithDataBackend.
@@ -108,6 +114,10 @@ func (b *Backend) prepare(cfg Config) (nccl.UniqueID, error) {
 // NCCL) and otherwise keeps the collectives on the control backend. The ranks decide together:
 // a job spread over machines that differ must not split between two backends, where each half
 // would wait for the other.
+//
+// Falling back is the ordinary case on machines without GPUs, so it costs one line, from rank
+// 0, with rank 0's reason in brief; a failing rank says why only when rank 0 was ready and
+// could not (fallbackLog). The full reasons are Open's errors.
 func AutoOpener(cfg Config) backend.Opener {
 	return func(control backend.Backend) (backend.Backend, error) {
 		if cfg.Logf == nil {
@@ -120,16 +130,48 @@ func AutoOpener(cfg Config) backend.Opener {
 			return nil, err
 		}
 		if len(failed) > 0 {
-			if topo.Rank == 0 {
-				cfg.Logf("ncclbackend: collectives stay on %s: ranks %v cannot use NCCL", control.Name(), failed)
-			}
-			if localErr != nil {
-				cfg.Logf("ncclbackend: rank %d: %v", topo.Rank, localErr)
+			if line := fallbackLog(control.Name(), topo, failed, localErr, cfg.FullReasonHint); line != "" {
+				cfg.Logf("%s", line)
 			}
 			return control, nil
 		}
 		return Open(control, cfg)
 	}
+}
+
+// fallbackLog is what rank topo.Rank logs when the ranks failed (at least one did) keep the
+// collectives on the control backend: rank 0 the decision, with its own reason when it is one
+// of them; another rank its reason when rank 0 could not give one; else nothing.
+func fallbackLog(control string, topo backend.Topology, failed []int, localErr error, hint string) string {
+	if hint == "" {
+		hint = "ncclbackend.Open reports each rank's full reason"
+	}
+	rank0Failed := failed[0] == 0
+	switch {
+	case topo.Rank == 0:
+		who := fmt.Sprintf("ranks %v cannot", failed)
+		if len(failed) == topo.Size {
+			who = "no rank can"
+		}
+		if rank0Failed {
+			hint = "rank 0: " + brief(localErr) + "; " + hint
+		}
+		return fmt.Sprintf("ncclbackend: collectives stay on %s: %s use NCCL (%s)", control, who, hint)
+	case localErr != nil && !rank0Failed:
+		return fmt.Sprintf("ncclbackend: rank %d cannot use NCCL: %s", topo.Rank, brief(localErr))
+	}
+	return ""
+}
+
+// brief is the gist of a setup error in one line: which library is missing rather than every
+// place searched for it, else the error's first line.
+func brief(err error) string {
+	var notFound *nccl.LibraryNotFoundError
+	if errors.As(err, &notFound) {
+		return notFound.Library + " library not found"
+	}
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	return strings.TrimPrefix(line, "nccl: ")
 }
 
 // usable says whether this rank could open NCCL, without creating anything.

@@ -329,3 +329,54 @@ func BenchmarkStaging(b *testing.B) {
 		}
 	}
 }
+
+// TestAutoOpenerFallbackIsOneLine checks what AutoOpener logs when it keeps the collectives on
+// the control backend: on machines without CUDA every rank of every job falls back, so that
+// must cost one line from rank 0 in the whole job, not each rank's list of places searched.
+func TestAutoOpenerFallbackIsOneLine(t *testing.T) {
+	const hint = "--allreduce_backend=nccl reports each rank's full reason"
+	autoLogs := func(topo backend.Topology, statuses []byte) []string {
+		t.Helper()
+		var logs []string
+		logf := func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }
+		ctl := &scripted{topo: topo, statuses: statuses}
+		data, err := AutoOpener(Config{Logf: logf, FullReasonHint: hint})(ctl)
+		if err != nil || data != backend.Backend(ctl) {
+			t.Fatalf("rank %d: AutoOpener = %v, %v; want the control backend", topo.Rank, data, err)
+		}
+		return logs
+	}
+	rank := func(r, size int) backend.Topology {
+		return backend.Topology{Rank: r, Size: size, LocalRank: 0, LocalSize: 1}
+	}
+
+	t.Setenv("GOROVOD_CUDART_LIBRARY", "/nonexistent/libcudart.so.12")
+	want := []string{"ncclbackend: collectives stay on local: no rank can use NCCL (rank 0: CUDA runtime library not found; " + hint + ")"}
+	if got := autoLogs(rank(0, 2), []byte{0, 1}); !slices.Equal(got, want) {
+		t.Errorf("no CUDA anywhere, rank 0 logs %q, want %q", got, want)
+	}
+	if got := autoLogs(rank(1, 2), []byte{1, 0}); got != nil {
+		t.Errorf("no CUDA anywhere, rank 1 logs %q, want nothing", got)
+	}
+	want = []string{"ncclbackend: collectives stay on local: ranks [0 2] cannot use NCCL (rank 0: CUDA runtime library not found; " + hint + ")"}
+	if got := autoLogs(rank(0, 3), []byte{0, 0, 1}); !slices.Equal(got, want) {
+		t.Errorf("ranks 0 and 2 without CUDA, rank 0 logs %q, want %q", got, want)
+	}
+	// Rank 0 is ready and cannot say why rank 1 is not: rank 1 does, in brief.
+	want = []string{"ncclbackend: rank 1 cannot use NCCL: CUDA runtime library not found"}
+	if got := autoLogs(rank(1, 2), []byte{0, 0}); !slices.Equal(got, want) {
+		t.Errorf("rank 1 alone without CUDA, rank 1 logs %q, want %q", got, want)
+	}
+
+	setupFakeLibraries(t)
+	want = []string{"ncclbackend: collectives stay on local: ranks [1] cannot use NCCL (" + hint + ")"}
+	if got := autoLogs(rank(0, 2), []byte{0, 1}); !slices.Equal(got, want) {
+		t.Errorf("rank 1 alone without CUDA, rank 0 logs %q, want %q", got, want)
+	}
+	// Another reason than a missing library is its own first line.
+	t.Setenv("FAKE_FAIL", "cudaGetDeviceCount:100")
+	got := autoLogs(rank(0, 1), nil)
+	if len(got) != 1 || !strings.Contains(got[0], "(rank 0: no usable CUDA device: ") {
+		t.Errorf("no device: %q", got)
+	}
+}
