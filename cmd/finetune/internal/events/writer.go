@@ -115,12 +115,18 @@ func (w *Writer) emit() error {
 	return nil
 }
 
-// Close flushes and closes the file.
+// Close flushes the file, syncs it to stable storage and closes it, as TensorFlow's
+// EventsWriter::Close does, and returns the first error of the three (naming the file): nil
+// means every event written is on disk. Calls after the first do nothing and return nil, so a
+// deferred Close is a harmless backstop behind the checked one.
 func (w *Writer) Close() error {
 	if w.f == nil {
 		return nil
 	}
 	err := w.buf.Flush()
+	if err == nil {
+		err = w.f.Sync()
+	}
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}

@@ -67,3 +67,28 @@ print(json.dumps(events))
 		}
 	}
 }
+
+// Close reports a failure of the file underneath, naming it, and only its first call does.
+func TestCloseReportsTheFileError(t *testing.T) {
+	w, err := Create(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Scalars(1, map[string]float64{"loss": 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.f.Close() // the descriptor fails under the writer: its sync and close must say so
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), w.Path()) {
+		t.Fatalf("Close over a failed file = %v, want an error naming %s", err, w.Path())
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close = %v, want nil", err)
+	}
+	ok, err := Create(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ok.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
