@@ -73,8 +73,18 @@ test: setup vet fmt-check go-test py-test $(TEST_TARGETS)
 vet:
 	$(GO) vet ./...
 
+# The Go files git knows (tracked, or new and not ignored) in a checkout; outside one (a `git
+# archive` copy, a tarball) every .go file but those under hidden folders (.venv, .cache). An
+# empty list is an error: gofmt would read standard input instead.
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files -o --exclude-standard '*.go' 2>/dev/null)); \
+	@cd $(ROOT); \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  files=$$({ git ls-files '*.go'; git ls-files -o --exclude-standard '*.go'; } | while read -r f; do [ ! -e "$$f" ] || echo "$$f"; done); \
+	else \
+	  files=$$(find . -name '.?*' -prune -o -name '*.go' -type f -print); \
+	fi; \
+	if [ -z "$$files" ]; then echo "fmt-check: no Go files found under $(ROOT)"; exit 1; fi; \
+	out=$$(gofmt -l $$files </dev/null); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 go-test:

@@ -1,0 +1,45 @@
+"""Makefile targets that must behave outside the usual checkout: run on a copy of the Makefile."""
+import pathlib
+import shutil
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def make_tree(tmp_path):
+    """The Makefile and its fragments, without .git (as in a `git archive` copy)."""
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copytree(ROOT / "mk", tmp_path / "mk")
+    (tmp_path / "third_party/tensorflow").mkdir(parents=True)
+    shutil.copy(ROOT / "third_party/tensorflow/VERSION", tmp_path / "third_party/tensorflow/VERSION")
+    shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
+    return tmp_path
+
+
+def fmt_check(tree):
+    # stdin is a pipe, as under `sleep 20 | make fmt-check`: a gofmt given no file names reads
+    # it instead of the tree (and waits there while the pipe stays open).
+    p = subprocess.run(["make", "-s", "-C", str(tree), "fmt-check"], stdin=subprocess.PIPE,
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_fmt_check_without_git_lists_unformatted_files(tmp_path):
+    tree = make_tree(tmp_path)
+    (tree / "pkg").mkdir()
+    (tree / "pkg/good.go").write_text("package pkg\n\nfunc F() int { return 1 }\n")
+    (tree / "pkg/bad.go").write_text("package pkg\nfunc G( ) int {return 2}\n")
+    (tree / ".venv/lib").mkdir(parents=True)  # hidden folders are not ours
+    (tree / ".venv/lib/vendored.go").write_text("package x\nfunc H( ) {}\n")
+    rc, out = fmt_check(tree)
+    assert rc != 0 and "gofmt needed:" in out and "pkg/bad.go" in out, out
+    assert "good.go" not in out and "vendored.go" not in out, out
+
+    (tree / "pkg/bad.go").unlink()
+    rc, out = fmt_check(tree)
+    assert rc == 0, out
+
+
+def test_fmt_check_without_go_files_fails_clearly(tmp_path):
+    rc, out = fmt_check(make_tree(tmp_path))
+    assert rc != 0 and "no Go files found" in out, out
