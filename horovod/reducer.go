@@ -91,9 +91,9 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 }
 
 // GradientScale is the factor Reduce's results must be multiplied by to be what Average
-// returns: GradientPredivideFactor/Size with DeferAverage, else 1. It is exact: rounding
-// result x GradientScale once to the gradient's dtype (float32(float64(x) * f) for float32)
-// gives Average's result to the bit, as Average computes the same product. With
+// returns: GradientPredivideFactor/Size with DeferAverage, else 1. It is exact for float32 and
+// float64 gradients: rounding result x GradientScale once to the dtype (float32(float64(x) * f)
+// for float32) gives Average's result to the bit, as Average computes the same product. With
 // FP16Compression it is 1: the float16 sums are divided while they are widened, at no extra pass.
 func (r *Reducer) GradientScale() float64 {
 	if !r.opts.DeferAverage {
