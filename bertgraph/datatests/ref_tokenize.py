@@ -51,7 +51,8 @@ def hf(args):
 def import_bert():
     """Imports Google's tokenization.py and run_classifier.py without TensorFlow.
 
-    They use TensorFlow only to open the vocabulary (tf.gfile), to log and for flags; importing it
+    They use TensorFlow only to open files (tf.gfile: the vocabulary, the processors' TSV), to log
+    and for flags; importing it
     would cost seconds of CPU per call, so a stand-in module provides exactly those. run_classifier
     also imports modeling and optimization, which need TF1's tf.contrib and play no part in the
     feature conversion.
@@ -63,7 +64,8 @@ def import_bert():
     tf = types.ModuleType("tensorflow")
     tf.compat = types.ModuleType("tensorflow.compat")
     v1 = tf.compat.v1 = types.ModuleType("tensorflow.compat.v1")
-    v1.gfile = types.SimpleNamespace(GFile=lambda path, mode: open(path, mode, encoding="utf-8"))
+    v1.gfile = types.SimpleNamespace(GFile=lambda path, mode: open(path, mode, encoding="utf-8"),
+                                     Open=lambda path, mode: open(path, mode, encoding="utf-8"))
     v1.logging = logging
     v1.flags = flags
     sys.modules.update({"tensorflow": tf, "tensorflow.compat": tf.compat, "tensorflow.compat.v1": v1})

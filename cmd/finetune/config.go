@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/gorovod/gorovod/bertgraph"
 )
 
 // Config is one fine-tuning run: run_classifier.py's flags with their names, defaults and
 // meanings (train_batch_size is per rank, as in the Horovod recipe), plus gorovod's own.
 type Config struct {
 	// run_classifier.py
+	TaskName                   string // "" is the seed task (tasks.go)
 	DoTrain, DoEval, DoPredict bool
 	DataDir                    string
 	VocabFile                  string
@@ -30,7 +33,15 @@ type Config struct {
 	WarmupProportion           float64
 	OutputDir                  string
 	SaveCheckpointsSteps       int
-	UseTPU                     bool
+	// TPU flags, accepted so that run_classifier's command lines run; only their defaults (or
+	// inert values) are honoured, see check.
+	UseTPU            bool
+	IterationsPerLoop int
+	TPUName, TPUZone  string
+	GCPProject        string
+	Master            string
+	NumTPUCores       int
+	TPUJobName        string
 	// Estimator RunConfig
 	KeepCheckpointMax         int
 	KeepCheckpointEveryNHours float64
@@ -38,6 +49,7 @@ type Config struct {
 	// Horovod BERT recipe
 	UseFP16 bool
 	UseXLA  bool
+	Horovod bool
 	// gorovod
 	AllreduceBackend   string // auto, mpi or nccl
 	SavedModel         string
@@ -95,6 +107,8 @@ func runClassifierDefaults() Config {
 		NumTrainEpochs:            3,
 		WarmupProportion:          0.1,
 		SaveCheckpointsSteps:      1000,
+		IterationsPerLoop:         1000,
+		NumTPUCores:               8,
 		KeepCheckpointMax:         5,
 		KeepCheckpointEveryNHours: 10000,
 		LogStepCountSteps:         100,
@@ -137,15 +151,18 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("finetune", flag.ContinueOnError)
 	fs.SetOutput(output)
 	// run_classifier.py
+	fs.StringVar(&c.TaskName, "task_name", c.TaskName, "The name of the task to train: "+strings.Join(taskNames(), ", ")+
+		" (the files of --data_dir, their columns and labels, as run_classifier's processors). Default "+seedTaskName+
+		": train.tsv, dev.tsv, test.tsv with one label<TAB>text example a line (test.tsv may hold the text alone), labels of --saved_model.")
 	fs.BoolVar(&c.DoTrain, "do_train", c.DoTrain, "Whether to run training.")
 	fs.BoolVar(&c.DoEval, "do_eval", c.DoEval, "Whether to run eval on the dev set (rank 0).")
 	fs.BoolVar(&c.DoPredict, "do_predict", c.DoPredict, "Whether to run the model in inference mode on the test set (rank 0).")
-	fs.StringVar(&c.DataDir, "data_dir", c.DataDir, "The input data dir: train.tsv, dev.tsv, test.tsv, one `label<TAB>text` example a line.")
+	fs.StringVar(&c.DataDir, "data_dir", c.DataDir, "The input data dir: the .tsv files of --task_name.")
 	fs.StringVar(&c.VocabFile, "vocab_file", c.VocabFile, "The vocabulary file that the BERT model was trained on (default: the one packaged in --saved_model).")
 	fs.StringVar(&c.BertConfigFile, "bert_config_file", c.BertConfigFile, "The config json file of the pre-trained BERT model; must match --saved_model's (default: the one packaged in it).")
 	fs.StringVar(&c.InitCheckpoint, "init_checkpoint", c.InitCheckpoint, "Initial checkpoint (usually from a pre-trained BERT model), read by rank 0 and broadcast. Ignored when --output_dir holds a checkpoint to resume from.")
-	fs.BoolVar(&c.DoLowerCase, "do_lower_case", c.DoLowerCase, "Whether to lower case the input text. True for uncased models.")
-	fs.IntVar(&c.MaxSeqLength, "max_seq_length", c.MaxSeqLength, "The maximum total input sequence length after WordPiece tokenization; must equal the length --saved_model was exported for.")
+	fs.BoolVar(&c.DoLowerCase, "do_lower_case", c.DoLowerCase, "Whether to lower case the input text. True for uncased models. Default: as --saved_model was exported (run_classifier's true without one); a contradicting value is an error.")
+	fs.IntVar(&c.MaxSeqLength, "max_seq_length", c.MaxSeqLength, "The maximum total input sequence length after WordPiece tokenization. Default: the length --saved_model was exported for (run_classifier's 128 without one); another value is an error.")
 	fs.IntVar(&c.TrainBatchSize, "train_batch_size", c.TrainBatchSize, "Batch size for training, per rank.")
 	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
 	fs.IntVar(&c.PredictBatchSize, "predict_batch_size", c.PredictBatchSize, "Batch size for predict.")
@@ -154,12 +171,20 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.Float64Var(&c.WarmupProportion, "warmup_proportion", c.WarmupProportion, "Proportion of training to perform linear learning rate warmup for.")
 	fs.StringVar(&c.OutputDir, "output_dir", c.OutputDir, "The output directory where the model checkpoints will be written (rank r > 0 writes to output_dir/r).")
 	fs.IntVar(&c.SaveCheckpointsSteps, "save_checkpoints_steps", c.SaveCheckpointsSteps, "How often to save the model checkpoint (0: only at the end).")
-	fs.BoolVar(&c.UseTPU, "use_tpu", c.UseTPU, "Accepted for run_classifier compatibility; must be false.")
+	fs.IntVar(&c.IterationsPerLoop, "iterations_per_loop", c.IterationsPerLoop, "Accepted for run_classifier compatibility; no effect (TPU only: every step is one session run).")
+	fs.BoolVar(&c.UseTPU, "use_tpu", c.UseTPU, "Accepted for run_classifier compatibility; must be false (no TPU path: CPUs and GPUs through Horovod).")
+	fs.StringVar(&c.TPUName, "tpu_name", c.TPUName, "Accepted for run_classifier compatibility; no effect (TPU only).")
+	fs.StringVar(&c.TPUZone, "tpu_zone", c.TPUZone, "Accepted for run_classifier compatibility; no effect (TPU only).")
+	fs.StringVar(&c.GCPProject, "gcp_project", c.GCPProject, "Accepted for run_classifier compatibility; no effect (TPU only).")
+	fs.StringVar(&c.Master, "master", c.Master, "Accepted for run_classifier compatibility; must be empty (TensorFlow runs in each rank's process, never on a remote master).")
+	fs.IntVar(&c.NumTPUCores, "num_tpu_cores", c.NumTPUCores, "Accepted for run_classifier compatibility; no effect (TPU only).")
+	fs.StringVar(&c.TPUJobName, "tpu_job_name", c.TPUJobName, "Accepted for run_classifier compatibility; no effect (TPU only).")
 	fs.IntVar(&c.KeepCheckpointMax, "keep_checkpoint_max", c.KeepCheckpointMax, "The most recent checkpoints to keep (0 keeps all).")
 	fs.Float64Var(&c.KeepCheckpointEveryNHours, "keep_checkpoint_every_n_hours", c.KeepCheckpointEveryNHours, "Also keep one checkpoint every this many hours.")
 	fs.IntVar(&c.LogStepCountSteps, "log_step_count_steps", c.LogStepCountSteps, "How often (in steps) rank 0 logs the loss and speed when its output is not a terminal.")
 	fs.BoolVar(&c.UseFP16, "use_fp16", c.UseFP16, "Compress the gradients to float16 for the allreduce (Horovod's Compression.fp16).")
 	fs.BoolVar(&c.UseXLA, "use_xla", c.UseXLA, "Compile the graphs with XLA (global_jit_level ON_1).")
+	fs.BoolVar(&c.Horovod, "horovod", c.Horovod, "Accepted for the Horovod recipe's command lines; no effect: every run is Horovod's (one rank without mpirun).")
 	// gorovod
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (the GPU of each rank's local rank), or auto (nccl when the job has more than one rank and every rank has a GPU and NCCL, else mpi).")
 	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
@@ -167,7 +192,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "TensorFlow intra-op threads per rank (0: cores / ranks on this machine).")
 	fs.IntVar(&c.InterOpThreads, "inter_op_threads", c.InterOpThreads, "TensorFlow inter-op threads per rank (0: TensorFlow's choice).")
-	fs.Var(labelsFlag{&c.Labels}, "labels", "Comma-separated label names in class order (default: the names --saved_model was exported with).")
+	fs.Var(labelsFlag{&c.Labels}, "labels", "Comma-separated label `names` in class order (default: --task_name's labels, else the names --saved_model was exported with).")
 	fs.BoolVar(&c.SkipBadLines, "skip_bad_lines", c.SkipBadLines, "Skip and count malformed data lines instead of failing on the first.")
 	fs.IntVar(&c.ShuffleBuffer, "shuffle_buffer", c.ShuffleBuffer, "Shuffle buffer of the training examples, per rank, as run_classifier's 100 (0 or 1: file order).")
 	fs.Float64Var(&c.ClipNorm, "clip_norm", c.ClipNorm, "Clip the averaged gradients to this global norm.")
@@ -178,16 +203,21 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 }
 
 // parseConfig reads the command line. With no arguments at all it returns the embedded default
-// task; otherwise run_classifier's defaults apply and every flag is checked for meaning and
-// consistency before any work starts.
+// task; otherwise run_classifier's defaults apply, the task and the SavedModel's contract fill
+// in what the flags leave open, and every flag is checked for meaning and consistency before
+// any work starts. A mistake is reported once, without the usage (run adds a -help hint);
+// -help prints the usage to output.
 func parseConfig(args []string, output io.Writer) (Config, error) {
 	if len(args) == 0 {
-		return defaultTask(), nil
+		c := defaultTask()
+		return c, c.fromTaskAndModel(nil)
 	}
 	c := runClassifierDefaults()
-	fs := newFlagSet(&c, output)
+	fs := newFlagSet(&c, io.Discard)
+	fs.Usage = func() {} // called by the flag package on every error, -help included
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, output)
 			return Config{}, err
 		}
 		return Config{}, &usageError{err.Error()}
@@ -195,7 +225,64 @@ func parseConfig(args []string, output io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, usagef("unexpected argument %q: every setting is a --flag", fs.Arg(0))
 	}
-	return c, c.check()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []string
+	for _, err := range []error{c.fromTaskAndModel(set), c.check()} {
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return c, usagef("%s", strings.Join(errs, "\n"))
+	}
+	return c, nil
+}
+
+func printUsage(fs *flag.FlagSet, output io.Writer) {
+	fs.SetOutput(output)
+	fmt.Fprintf(output, "Usage: finetune [flags], or mpirun -np N finetune [flags] for N ranks.\n"+
+		"BERT's run_classifier.py with Horovod; without flags, the default task of `make run`.\n\nFlags:\n")
+	fs.PrintDefaults()
+}
+
+// fromTaskAndModel fills in what the flags set leaves open (nil: none given): the label list of
+// a task with fixed labels, and max_seq_length and do_lower_case as --saved_model was exported
+// (its contract), since a model accepts only its own sequence length and was trained on its
+// vocabulary's casing. A flag that contradicts them is an error, as run_classifier's
+// validate_case_matches_checkpoint. A model without a readable contract is left to validate.
+func (c *Config) fromTaskAndModel(set map[string]bool) error {
+	var errs []string
+	t, err := lookupTask(c.TaskName)
+	if err == nil {
+		if c.Labels, err = t.checkLabels(c.Labels); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if ct, err := bertgraph.ReadContract(c.SavedModel); err == nil {
+		switch {
+		case !set["max_seq_length"]:
+			c.MaxSeqLength = ct.MaxSeqLength
+		case c.MaxSeqLength != ct.MaxSeqLength:
+			errs = append(errs, fmt.Sprintf("--max_seq_length %d, but --saved_model %s was exported for %d: omit the flag, or export again with --max_seq_length %d",
+				c.MaxSeqLength, c.SavedModel, ct.MaxSeqLength, c.MaxSeqLength))
+		}
+		switch {
+		case !set["do_lower_case"]:
+			c.DoLowerCase = ct.DoLowerCase
+		case c.DoLowerCase != ct.DoLowerCase:
+			errs = append(errs, fmt.Sprintf("--do_lower_case=%v, but --saved_model %s was exported with do_lower_case=%v for its vocabulary and checkpoint: omit the flag, or export again",
+				c.DoLowerCase, c.SavedModel, ct.DoLowerCase))
+		}
+		if t != nil && t.labels != nil && len(t.labels) != ct.NumLabels {
+			errs = append(errs, fmt.Sprintf("--task_name=%s has %d labels (%s), but --saved_model %s classifies %d: export it with --num_labels %d",
+				t.name, len(t.labels), strings.Join(t.labels, ","), c.SavedModel, ct.NumLabels, len(t.labels)))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n"))
+	}
+	return nil
 }
 
 // check rejects flags that are out of range or contradict each other. Files are checked later,
@@ -206,8 +293,14 @@ func (c *Config) check() error {
 	if !c.DoTrain && !c.DoEval && !c.DoPredict {
 		bad("at least one of --do_train, --do_eval or --do_predict must be true")
 	}
+	if _, err := lookupTask(c.TaskName); err != nil {
+		bad("%v", err)
+	}
 	if c.UseTPU {
 		bad("--use_tpu: gorovod runs on CPUs and GPUs through Horovod; there is no TPU path")
+	}
+	if c.Master != "" {
+		bad("--master %q: each rank runs TensorFlow in its own process; there is no remote master", c.Master)
 	}
 	switch c.AllreduceBackend {
 	case "auto", "mpi", "nccl":

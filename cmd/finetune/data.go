@@ -43,6 +43,7 @@ func (s *firstLines) Next() (features.InputExample, error) {
 // reused only when the key of a new run equals the stored one.
 type trainCacheKey struct {
 	Version      int      `json:"version"`
+	Task         string   `json:"task"`
 	TrainFile    string   `json:"train_file"`
 	TrainSHA256  string   `json:"train_sha256"`
 	VocabSHA256  string   `json:"vocab_sha256"`
@@ -62,7 +63,7 @@ type trainCache struct {
 	Skipped  int           `json:"skipped"`  // bad lines this rank skipped
 }
 
-const trainCacheVersion = 1
+const trainCacheVersion = 2 // 2: the task, which decides the columns read
 
 func fileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
@@ -94,7 +95,7 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 		return "", cache, false, err
 	}
 	abs, _ := filepath.Abs(in.train)
-	key := trainCacheKey{Version: trainCacheVersion, TrainFile: abs, TrainSHA256: trainSum, VocabSHA256: vocabSum,
+	key := trainCacheKey{Version: trainCacheVersion, Task: c.task().name, TrainFile: abs, TrainSHA256: trainSum, VocabSHA256: vocabSum,
 		DoLowerCase: c.DoLowerCase, MaxSeqLength: c.MaxSeqLength, Labels: conv.Labels().Names(),
 		Rank: rank, Size: size, MaxExamples: c.MaxTrainExamples, SkipBadLines: c.SkipBadLines}
 
@@ -109,7 +110,9 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	// The key goes last: a run killed while converting leaves no key, so no stale reuse.
 	os.Remove(keyPath)
 
-	r, err := features.Open(in.train, features.ReadOptions{Rank: rank, Size: size, Labels: conv.Labels(), SkipBad: c.SkipBadLines})
+	opts := c.task().train.read
+	opts.Rank, opts.Size, opts.Labels, opts.SkipBad = rank, size, conv.Labels(), c.SkipBadLines
+	r, err := features.Open(in.train, opts)
 	if err != nil {
 		return "", cache, false, err
 	}
@@ -152,13 +155,24 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	return path, cache, false, nil
 }
 
-// evalStream reads a whole dev or test file (rank 0 only) into padded batches: no example is
-// dropped and fake examples fill the last batch (is_real_example = 0).
+// evalStream reads a whole dev (labelled) or test (not labelled) file of the task, rank 0 only,
+// into padded batches: no example is dropped and fake examples fill the last batch
+// (is_real_example = 0). Test labels are never read, as run_classifier's dummy ones; a seed
+// test file may have them or not (seedTestLabelled).
 func evalStream(c *Config, path string, conv *features.Converter, batchSize, limit int, labelled bool) (*features.Stream, *features.Reader, error) {
-	opts := features.ReadOptions{SkipBad: c.SkipBadLines}
+	t := c.task()
+	opts := t.test.read
 	if labelled {
+		opts = t.dev.read
 		opts.Labels = conv.Labels()
+	} else if t.name == seedTaskName {
+		withLabels, err := seedTestLabelled(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("features: %w", err)
+		}
+		opts.Unlabelled = !withLabels
 	}
+	opts.SkipBad = c.SkipBadLines
 	r, err := features.Open(path, opts)
 	if err != nil {
 		return nil, nil, err

@@ -130,9 +130,10 @@ func validate(c *Config, rank int) (*inputs, error) {
 		}
 		return p
 	}
-	in.train = dataFile(c.DoTrain, "train.tsv")
-	in.dev = dataFile(c.DoEval, "dev.tsv")
-	in.test = dataFile(c.DoPredict, "test.tsv")
+	t := c.task()
+	in.train = dataFile(c.DoTrain, t.train.file)
+	in.dev = dataFile(c.DoEval, t.dev.file)
+	in.test = dataFile(c.DoPredict, t.test.file)
 	if c.InitCheckpoint != "" {
 		if _, err := os.Stat(c.InitCheckpoint + ".index"); err != nil {
 			bad(fmt.Errorf("--init_checkpoint %s: no checkpoint there (%v)", c.InitCheckpoint, err))
