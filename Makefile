@@ -39,12 +39,23 @@ help:
 
 setup: debs venv tflib $(SETUP_TARGETS)
 
-# Debian packages: OpenMPI for the horovod MPI backend and mpirun.
+# Debian packages: OpenMPI for the horovod MPI backend and mpirun; nodejs and npm for `make data`
+# (npm install), only when there is no npm command: a Node.js from elsewhere (NodeSource's, whose
+# nodejs package conflicts with Debian's npm) is used as it is. apt-get runs as root, or through
+# sudo for another user.
 DEBS := libopenmpi-dev openmpi-bin
 debs:
-	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
-	  echo "installing Debian packages: $(DEBS)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS) >/dev/null; \
+	@need=""; \
+	dpkg -s $(DEBS) >/dev/null 2>&1 || need="$(DEBS)"; \
+	command -v npm >/dev/null || need="$${need:+$$need }nodejs npm"; \
+	if [ -n "$$need" ]; then \
+	  sudo=""; \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    command -v sudo >/dev/null || { echo "make debs: installing Debian packages ($$need) needs root: run it as root or install sudo"; exit 1; }; \
+	    sudo=sudo; \
+	  fi; \
+	  echo "installing Debian packages: $$need"; \
+	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
 	fi
 
 # The virtualenv is rebuilt only when requirements.txt or the pinned TF version change.

