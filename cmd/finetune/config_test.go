@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph"
 )
 
 func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
@@ -155,5 +158,110 @@ func TestValidateNamesEveryMisfit(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// withContract adds to a fakeModel the contract file that parseConfig reads for its defaults.
+func withContract(t *testing.T, dir string, numLabels, maxSeqLength int, doLowerCase bool) string {
+	t.Helper()
+	names := make([]string, numLabels)
+	for i := range names {
+		names[i] = "l" + strconv.Itoa(i)
+	}
+	b, _ := json.Marshal(map[string]any{"contract_version": bertgraph.ContractVersion, "kind": "training",
+		"bert_config": map[string]int{"vocab_size": 100, "type_vocab_size": 2}, "num_labels": numLabels, "label_names": names,
+		"max_seq_length": maxSeqLength, "do_lower_case": doLowerCase})
+	if err := os.WriteFile(filepath.Join(dir, bertgraph.ContractFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// max_seq_length and do_lower_case not given are the export's; given, they must agree with it.
+func TestSequenceLengthAndCaseDefaultToTheExport(t *testing.T) {
+	model := withContract(t, fakeModel(t, 100, 100, 64), 2, 32, false)
+	base := []string{"--do_train", "--data_dir=d", "--output_dir=o", "--saved_model=" + model}
+	c, err := parseConfig(base, io.Discard)
+	if err != nil || c.MaxSeqLength != 32 || c.DoLowerCase {
+		t.Fatalf("defaults from the contract: max_seq_length %d, do_lower_case %v, %v", c.MaxSeqLength, c.DoLowerCase, err)
+	}
+	if c, err = parseConfig(append(base, "--max_seq_length=32", "--do_lower_case=false"), io.Discard); err != nil || c.MaxSeqLength != 32 {
+		t.Fatalf("flags equal to the export: %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		flag, want string
+	}{
+		{"--max_seq_length=128", "--max_seq_length 128, but --saved_model " + model + " was exported for 32"},
+		{"--do_lower_case=true", "--do_lower_case=true, but --saved_model " + model + " was exported with do_lower_case=false"},
+		{"--task_name=MNLI", "--task_name=mnli has 3 labels (contradiction,entailment,neutral), but --saved_model " + model + " classifies 2"},
+	} {
+		_, err := parseConfig(append(base, tc.flag), io.Discard)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want a usage error containing %q", tc.flag, err, tc.want)
+		}
+	}
+	// A cased export with an uncased Google checkpoint: the export's casing, then run_classifier's check.
+	_, err = parseConfig(append(base, "--init_checkpoint=/m/uncased_L-12_H-768_A-12/bert_model.ckpt"), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "uncased model uncased_L-12_H-768_A-12") {
+		t.Errorf("cased export, uncased checkpoint: %v", err)
+	}
+}
+
+// run_classifier's command lines parse: --task_name (any case) with its labels, the TPU flags at
+// any inert value; what cannot be honoured is an error.
+func TestRunClassifierCommandLinesParse(t *testing.T) {
+	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
+	c, err := parseConfig(append(base, "--task_name=MRPC", "--iterations_per_loop=500", "--use_tpu=False",
+		"--tpu_name=", "--num_tpu_cores=8", "--horovod=true", "--use_fp16=true", "--use_xla=false"), io.Discard)
+	if err != nil || c.task().name != "mrpc" || strings.Join(c.Labels, ",") != "0,1" || c.IterationsPerLoop != 500 {
+		t.Fatalf("parsed %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--task_name=qnli"}, `--task_name "qnli": unknown task; known: seed, cola, mrpc, mnli, sst-2`},
+		{[]string{"--use_tpu=true", "--tpu_name=grpc://10.0.0.1:8470"}, "--use_tpu: gorovod runs on CPUs and GPUs"},
+		{[]string{"--master=grpc://10.0.0.1:8470"}, `--master "grpc://10.0.0.1:8470"`},
+		{[]string{"--task_name=cola", "--labels=1,0"}, "--labels 1,0 contradicts --task_name=cola, whose labels are 0,1"},
+	} {
+		_, err := parseConfig(append(append([]string{}, base...), tc.args...), io.Discard)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+	// The seed task keeps --labels as given.
+	if c, err := parseConfig(append(base, "--labels=neg,pos"), io.Discard); err != nil || c.task().name != seedTaskName || strings.Join(c.Labels, ",") != "neg,pos" {
+		t.Errorf("seed task: %+v, %v", c, err)
+	}
+}
+
+// A mistake prints nothing itself (run prints the error once with a -help hint); -help prints
+// the usage, each flag with the kind of its value.
+func TestUsageOnHelpOnly(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConfig([]string{"--bogus=1"}, &out); err == nil || out.Len() != 0 {
+		t.Errorf("unknown flag: err %v, printed %q", err, out.String())
+	}
+	if _, err := parseConfig([]string{"-help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-help: %v", err)
+	}
+	help := out.String()
+	for _, want := range []string{"\n  -data_dir string\n", "\n  -labels names\n", "\n  -task_name string\n", "\n  -iterations_per_loop int\n", "cola, mrpc, mnli, sst-2"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// Each task's files are the ones validate requires.
+func TestValidateNamesTheTaskFiles(t *testing.T) {
+	cfg := Config{TaskName: "mnli", DoTrain: true, DoEval: true, DoPredict: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,
+		DataDir: dataDir(t, "train.tsv", "dev.tsv", "test.tsv"), OutputDir: t.TempDir()}
+	_, err := validate(&cfg, 0)
+	if err == nil || !strings.Contains(err.Error(), "dev_matched.tsv: no such file") || !strings.Contains(err.Error(), "test_matched.tsv: no such file") {
+		t.Errorf("mnli without its matched files: %v", err)
 	}
 }

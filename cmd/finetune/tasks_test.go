@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -225,5 +227,81 @@ func streamFeatures(t *testing.T, c *Config, path string, conv *features.Convert
 			feats = append(feats, b.Row(i))
 		}
 		guids = append(guids, b.GUIDs...)
+	}
+}
+
+// The seed task's test.tsv may leave the labels out: the texts convert as with them.
+func TestSeedTestFileWithOrWithoutLabels(t *testing.T) {
+	dir := t.TempDir()
+	vocab := filepath.Join(dir, "vocab.txt")
+	writeVocab(t, vocab, 20)
+	tok, err := tokenizer.Load(vocab, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, _ := features.NewLabels([]string{"0", "1"})
+	conv, err := features.NewConverter(tok, 8, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := filepath.Join(dir, "labelled.tsv")
+	bare := filepath.Join(dir, "bare.tsv")
+	os.WriteFile(labelled, []byte("1\tw5 w6\n0\tw7\tw8\n"), 0o644)
+	os.WriteFile(bare, []byte("w5 w6\nw7\tw8\n"), 0o644)
+	c := &Config{}
+	want, _ := streamFeatures(t, c, labelled, conv, false)
+	got, _ := streamFeatures(t, c, bare, conv, false)
+	if len(want) != 2 || len(got) != 2 {
+		t.Fatalf("%d and %d examples, want 2", len(want), len(got))
+	}
+	for i := range want {
+		if !slices.Equal(got[i].InputIDs, want[i].InputIDs) || got[i].LabelID != 0 || want[i].LabelID != 0 {
+			t.Errorf("example %d: without labels %v, with %v", i, got[i], want[i])
+		}
+	}
+	// A tab in an unlabelled text is part of it: "w7\tw8" tokenizes as two words.
+	if n := slices.Index(got[1].InputMask, 0); n != 4 {
+		t.Errorf("unlabelled w7<TAB>w8: %d tokens with [CLS] and [SEP], want 4", n)
+	}
+}
+
+// A run_classifier command line for CoLA (header-less train and dev, a header on test), without
+// --max_seq_length or --do_lower_case: finetune trains, evaluates and predicts on its files.
+func TestCoLACommandLineTrainsEvaluatesPredicts(t *testing.T) {
+	model := tinyModel(t, true)
+	data := t.TempDir()
+	plain := t.TempDir()
+	writeData(t, plain, 24, 8, 5)
+	for _, f := range []string{"train.tsv", "dev.tsv", "test.tsv"} {
+		b, err := os.ReadFile(filepath.Join(plain, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if f == "test.tsv" {
+			out.WriteString("index\tsentence\n")
+		}
+		for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			label, text, _ := strings.Cut(line, "\t")
+			if f == "test.tsv" {
+				fmt.Fprintf(&out, "%d\t%s\n", i, text)
+			} else {
+				fmt.Fprintf(&out, "gj04\t%s\t\t%s\n", label, text)
+			}
+		}
+		os.WriteFile(filepath.Join(data, f), []byte(out.String()), 0o644)
+	}
+	outDir := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(finetuneBinary(t), "--task_name=CoLA", "--do_train=true", "--do_eval=true", "--do_predict=true",
+		"--data_dir="+data, "--saved_model="+model, "--output_dir="+outDir, "--train_batch_size=4", "--num_train_epochs=1",
+		"--iterations_per_loop=1000", "--use_tpu=false", "--threads=1", "--inter_op_threads=1", "--export_dir=none")
+	cmd.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
+	mustSucceed(t, cmd)
+	eval, err := os.ReadFile(filepath.Join(outDir, "eval_results.txt"))
+	if err != nil || !strings.Contains(string(eval), "eval_accuracy = ") || !strings.Contains(string(eval), "global_step = 6\n") {
+		t.Errorf("eval_results.txt: %q, %v", eval, err)
+	}
+	if rows := readTestResults(t, filepath.Join(outDir, "test_results.tsv")); len(rows) != 5 {
+		t.Errorf("test_results.tsv has %d rows for 5 test lines", len(rows))
 	}
 }
