@@ -1,6 +1,7 @@
 package bertgraph
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -23,17 +25,21 @@ import (
 // training variables to a temporary checkpoint, loads the serving model, restores that
 // checkpoint into it through its own SaverDef (which reads only the keys it has), and saves it
 // through the same SaverDef into dir/variables. saved_model.pb and assets.extra (contract,
-// vocabulary, bert_config.json) are copied unchanged, so the graph is exactly the one the
-// exporter wrote and only the weights are new.
+// vocabulary, bert_config.json) are copied, so the graph is exactly the one the exporter wrote
+// and only the weights are new; opts then replace the vocabulary, casing and label names the
+// export records, so that a Classifier on it tokenises and names labels as training did.
 //
 // dir must lie outside the model being exported from: it is removed before the new export is
 // renamed into place, so dir equal to, above or inside the training model (or its serving
 // source) is refused rather than deleting the model.
-func (m *Model) ExportServing(dir string) (err error) {
+func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	src := filepath.Join(m.dir, m.contract.ServingDir)
 	sc, err := ReadContract(src)
 	if err != nil {
 		return err
+	}
+	if err := opts.check(sc); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	if err := sameVariables(sc.Variables, m.contract.Variables); err != nil {
 		return fmt.Errorf("bertgraph: serving model %s: %w", src, err)
@@ -69,6 +75,9 @@ func (m *Model) ExportServing(dir string) (err error) {
 			return fmt.Errorf("bertgraph: export serving: %w", err)
 		}
 	}
+	if err := opts.apply(staging, sc); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Join(staging, "variables"), 0o755); err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
@@ -82,6 +91,86 @@ func (m *Model) ExportServing(dir string) (err error) {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	return nil
+}
+
+// ExportOptions say how the exported model's inputs were made in training, when not as the
+// exporter packaged them: a run with its own vocabulary, casing or label names passes them, and
+// the export's assets.extra/vocab.txt and contract (do_lower_case, label_names) record them.
+// Zero fields keep the packaged values.
+type ExportOptions struct {
+	// VocabFile is the vocabulary training tokenised with; it is copied to the export.
+	VocabFile string
+	// DoLowerCase is the casing training tokenised with; nil keeps the packaged one.
+	DoLowerCase *bool
+	// LabelNames name the classes by label id; nil keeps the packaged names.
+	LabelNames []string
+}
+
+// check refuses options the serving model c cannot honour: a vocabulary that does not load,
+// lacks a special token or has ids beyond the embedding table, or a label list of another
+// length, with empty or repeated names.
+func (o ExportOptions) check(c *Contract) error {
+	if o.VocabFile != "" {
+		v, err := tokenizer.LoadVocab(o.VocabFile)
+		if err != nil {
+			return err
+		}
+		if v.Size() > c.VocabSize {
+			return fmt.Errorf("vocabulary %s has %d tokens but the model embeds only vocab_size %d", o.VocabFile, v.Size(), c.VocabSize)
+		}
+		for _, special := range []string{"[CLS]", "[SEP]", "[UNK]"} {
+			if _, ok := v.ID(special); !ok {
+				return fmt.Errorf("vocabulary %s has no %s token", o.VocabFile, special)
+			}
+		}
+	}
+	if o.LabelNames != nil {
+		if len(o.LabelNames) != c.NumLabels {
+			return fmt.Errorf("%d label names (%s) for a model of %d labels", len(o.LabelNames), strings.Join(o.LabelNames, ","), c.NumLabels)
+		}
+		seen := map[string]bool{}
+		for _, n := range o.LabelNames {
+			if n == "" || seen[n] {
+				return fmt.Errorf("label names %q: each must be non-empty and distinct", o.LabelNames)
+			}
+			seen[n] = true
+		}
+	}
+	return nil
+}
+
+// apply writes the options into the export staged in dir, whose contract is c: the vocabulary
+// over the packaged one, the casing and label names into the contract, its other fields as
+// they were.
+func (o ExportOptions) apply(dir string, c *Contract) error {
+	if o.VocabFile != "" {
+		if err := copyFile(o.VocabFile, filepath.Join(dir, c.VocabFile)); err != nil {
+			return err
+		}
+	}
+	if o.DoLowerCase == nil && o.LabelNames == nil {
+		return nil
+	}
+	path := filepath.Join(dir, ContractFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if o.DoLowerCase != nil {
+		fields["do_lower_case"], _ = json.Marshal(*o.DoLowerCase)
+	}
+	if o.LabelNames != nil {
+		fields["label_names"], _ = json.Marshal(o.LabelNames)
+	}
+	// As the exporter writes it (json.dumps(indent=1, sort_keys=True)).
+	if b, err = json.MarshalIndent(fields, "", " "); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // outside checks that dir and each of the protected paths are disjoint trees: neither is the

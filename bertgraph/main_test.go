@@ -47,18 +47,27 @@ func TestMain(m *testing.M) {
 
 // python runs `python -m bertgraph.exporter.drive args...` in the project venv and returns stdout.
 func python(args ...string) ([]byte, error) {
+	out, err := venvPython(append([]string{"-m", "bertgraph.exporter.drive"}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("drive.py %v: %w", args, err)
+	}
+	return out, nil
+}
+
+// venvPython runs the project venv's python with args at the repository root and returns stdout.
+func venvPython(args ...string) ([]byte, error) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(root, ".venv/bin/python"), append([]string{"-m", "bertgraph.exporter.drive"}, args...)...)
+	cmd := exec.Command(filepath.Join(root, ".venv/bin/python"), args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2")
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("drive.py %v: %w\n%s", args, err, stderr.String())
+		return nil, fmt.Errorf("%w\n%s", err, stderr.String())
 	}
 	return out, nil
 }

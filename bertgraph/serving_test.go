@@ -112,7 +112,7 @@ func TestExportedServingModelPredictsLikeGo(t *testing.T) {
 	}
 	dir := t.TempDir()
 	export := filepath.Join(dir, "serving")
-	if err := m.ExportServing(export); err != nil {
+	if err := m.ExportServing(export, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	in, _ := json.Marshal(map[string][][]int32{"input_ids": rows(batch.InputIDs, seqLength),
@@ -154,7 +154,7 @@ func TestExportedServingModelPredictsLikeGo(t *testing.T) {
 		t.Errorf("saved_model_cli show: %v\n%s", err, out)
 	}
 	// A second export over the first replaces it.
-	if err := m.ExportServing(export); err != nil {
+	if err := m.ExportServing(export, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -264,7 +264,7 @@ func TestExportServingRefusesToReplaceTheModel(t *testing.T) {
 		"a link to it":          link,
 		"inside it, via a link": filepath.Join(link, "export"),
 	} {
-		err := m.ExportServing(target)
+		err := m.ExportServing(target, ExportOptions{})
 		if err == nil || !strings.Contains(err.Error(), "overlaps") {
 			t.Errorf("%s (%s): error %v, want a refusal", name, target, err)
 		}
@@ -273,7 +273,7 @@ func TestExportServingRefusesToReplaceTheModel(t *testing.T) {
 		}
 	}
 	// A sibling is fine.
-	if err := m.ExportServing(filepath.Join(parent, "serving")); err != nil {
+	if err := m.ExportServing(filepath.Join(parent, "serving"), ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -113,14 +113,17 @@ func (j *job) eachBatch(stream *features.Stream, phase string, f func(*features.
 }
 
 // export writes the serving SavedModel of the final weights to <export_dir>/<global step>, the
-// versioned layout TensorFlow Serving loads.
+// versioned layout TensorFlow Serving loads, with the vocabulary, casing and label names this
+// run trained with: a classifier on the export tokenises and names labels as training did.
 func (j *job) export(step int64) error {
-	base := j.cfg.ExportDir
+	c := &j.cfg
+	base := c.ExportDir
 	if base == "" {
-		base = filepath.Join(j.cfg.OutputDir, "export")
+		base = filepath.Join(c.OutputDir, "export")
 	}
 	dir := filepath.Join(base, strconv.FormatInt(step, 10))
-	if err := j.model.ExportServing(dir); err != nil {
+	opts := bertgraph.ExportOptions{VocabFile: j.in.vocabPath, DoLowerCase: &c.DoLowerCase, LabelNames: c.Labels}
+	if err := j.model.ExportServing(dir, opts); err != nil {
 		return err
 	}
 	j.console.infof("exported the serving SavedModel of step %d to %s", step, dir)
