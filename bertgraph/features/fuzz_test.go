@@ -6,28 +6,37 @@ import (
 	"testing"
 )
 
-// FuzzReader: any file content, any shard, skipping bad lines: no panic, and the ranks' read
-// and skipped counts add up to the data lines.
+// FuzzReader: any file content, any shard, skipping bad lines, in every layout (seed with and
+// without labels; GLUE by header name, by index with a header, by index without one): no
+// panic, and the ranks' read and skipped counts add up to the data lines.
 func FuzzReader(f *testing.F) {
-	f.Add([]byte("0\tgood\n1\tok\n"), false)
-	f.Add([]byte("\ufeff0\tbom\r\n\n\tx\n1\t\xff\n2"), false)
-	f.Add([]byte("sentence\tlabel\nhello\t1\nbad\n"), true)
+	f.Add([]byte("0\tgood\n1\tok\n"), uint8(0))
+	f.Add([]byte("\ufeff0\tbom\r\n\n\tx\n1\t\xff\n2"), uint8(1))
+	f.Add([]byte("sentence\tlabel\nhello\t1\nbad\n"), uint8(2))
+	f.Add([]byte("index\ta\tb\tlabel\n0\tx\t\t1\n1\ty\n"), uint8(3))
+	f.Add([]byte("src\t1\t\tok\nsrc\t0\n\t\t\t\n"), uint8(4))
 	labels, err := NewLabels([]string{"0", "1"})
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, data []byte, glue bool) {
+	layouts := []ReadOptions{
+		{},
+		{Unlabelled: true},
+		{Format: FormatGLUE},
+		{Format: FormatGLUE, TextA: ColumnAt(1), TextB: ColumnAt(2), Label: ColumnAt(-1)},
+		{Format: FormatGLUE, NoHeader: true, TextA: ColumnAt(3), Label: ColumnAt(1)},
+	}
+	f.Fuzz(func(t *testing.T, data []byte, layout uint8) {
 		path := filepath.Join(t.TempDir(), "in.tsv")
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		format := FormatSeed
-		if glue {
-			format = FormatGLUE
-		}
+		opts := layouts[int(layout)%len(layouts)]
+		opts.Size, opts.Labels, opts.SkipBad = 3, labels, true
 		lines, sum := -1, 0
 		for rank := range 3 {
-			_, counts, err := readAll(t, path, ReadOptions{Format: format, Rank: rank, Size: 3, Labels: labels, SkipBad: true})
+			opts.Rank = rank
+			_, counts, err := readAll(t, path, opts)
 			if err != nil {
 				return // a GLUE header can be unusable; data lines are skipped, never errors
 			}
