@@ -1,6 +1,7 @@
 """Reference examples and features of run_classifier's tasks, for finetune's --task_name tests.
 
 usage: glue_ref.py TASK DATA_DIR --vocab VOCAB --max-seq-length N [--cased] > examples.json
+       glue_ref.py flags > flags.json
 
 Reads DATA_DIR's train, dev and test files with Google's processor of TASK (bert-tensorflow's
 run_classifier.py: cola, mrpc, mnli; sst-2 as GLUE's baseline and HF transformers read it, in
@@ -8,6 +9,10 @@ the processors' manner) and converts every example with run_classifier's
 convert_single_example over tokenization.py's FullTokenizer. stdout: a JSON object mapping
 "train", "dev", "test" to lists of {guid, text_a, text_b, label, input_ids, input_mask,
 segment_ids, label_id}, and "labels" to the processor's label list.
+
+`flags` prints the command-line flags that run_classifier.py (and the tokenization.py it
+imports) defines, as a JSON object mapping each name to {"type": absl's flag type, "default":
+its default, null for None}.
 """
 import argparse
 import json
@@ -44,7 +49,20 @@ def sst2_processor(run_classifier):
     return Sst2Processor
 
 
+def print_flags() -> None:
+    import_bert()
+    from absl import flags
+
+    by_module = flags.FLAGS.flags_by_module_dict()
+    out = {f.name: {"type": f.flag_type(), "default": f.default}
+           for module in ("bert.run_classifier", "bert.tokenization") for f in by_module[module]}
+    json.dump(out, sys.stdout)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["flags"]:
+        print_flags()
+        return
     p = argparse.ArgumentParser()
     p.add_argument("task")
     p.add_argument("data_dir")

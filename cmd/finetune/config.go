@@ -24,6 +24,7 @@ type Config struct {
 	BertConfigFile             string
 	InitCheckpoint             string
 	DoLowerCase                bool
+	PreserveUnusedTokens       bool // tokenization.py's flag; must be false
 	MaxSeqLength               int
 	TrainBatchSize             int
 	EvalBatchSize              int
@@ -162,6 +163,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.BertConfigFile, "bert_config_file", c.BertConfigFile, "The config json file of the pre-trained BERT model; must match --saved_model's (default: the one packaged in it).")
 	fs.StringVar(&c.InitCheckpoint, "init_checkpoint", c.InitCheckpoint, "Initial checkpoint (usually from a pre-trained BERT model), read by rank 0 and broadcast. Ignored when --output_dir holds a checkpoint to resume from.")
 	fs.BoolVar(&c.DoLowerCase, "do_lower_case", c.DoLowerCase, "Whether to lower case the input text. True for uncased models. Default: as --saved_model was exported (run_classifier's true without one); a contradicting value is an error.")
+	fs.BoolVar(&c.PreserveUnusedTokens, "preserve_unused_tokens", c.PreserveUnusedTokens, "Accepted for run_classifier compatibility (bert-tensorflow's tokenization.py); must be false: [unused*] tokens are word-pieced like any text.")
 	fs.IntVar(&c.MaxSeqLength, "max_seq_length", c.MaxSeqLength, "The maximum total input sequence length after WordPiece tokenization. Default: the length --saved_model was exported for (run_classifier's 128 without one); another value is an error.")
 	fs.IntVar(&c.TrainBatchSize, "train_batch_size", c.TrainBatchSize, "Batch size for training, per rank.")
 	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
@@ -298,6 +300,9 @@ func (c *Config) check() error {
 	}
 	if c.UseTPU {
 		bad("--use_tpu: gorovod runs on CPUs and GPUs through Horovod; there is no TPU path")
+	}
+	if c.PreserveUnusedTokens {
+		bad("--preserve_unused_tokens: the tokenizer does not keep [unused*] vocabulary entries whole")
 	}
 	if c.Master != "" {
 		bad("--master %q: each rank runs TensorFlow in its own process; there is no remote master", c.Master)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/datatests"
 )
 
 func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
@@ -224,6 +225,7 @@ func TestRunClassifierCommandLinesParse(t *testing.T) {
 		{[]string{"--task_name=qnli"}, `--task_name "qnli": unknown task; known: seed, cola, mrpc, mnli, sst-2`},
 		{[]string{"--use_tpu=true", "--tpu_name=grpc://10.0.0.1:8470"}, "--use_tpu: gorovod runs on CPUs and GPUs"},
 		{[]string{"--master=grpc://10.0.0.1:8470"}, `--master "grpc://10.0.0.1:8470"`},
+		{[]string{"--preserve_unused_tokens=true"}, "--preserve_unused_tokens"},
 		{[]string{"--task_name=cola", "--labels=1,0"}, "--labels 1,0 contradicts --task_name=cola, whose labels are 0,1"},
 	} {
 		_, err := parseConfig(append(append([]string{}, base...), tc.args...), io.Discard)
@@ -263,5 +265,49 @@ func TestValidateNamesTheTaskFiles(t *testing.T) {
 	_, err := validate(&cfg, 0)
 	if err == nil || !strings.Contains(err.Error(), "dev_matched.tsv: no such file") || !strings.Contains(err.Error(), "test_matched.tsv: no such file") {
 		t.Errorf("mnli without its matched files: %v", err)
+	}
+}
+
+// Every flag that run_classifier.py (with the tokenization.py it imports) defines is one of
+// finetune's, of the same kind and with the same default, read from the Python module itself:
+// a run_classifier command line parses unchanged.
+func TestFlagsMatchRunClassifierDefinitions(t *testing.T) {
+	var ref map[string]struct {
+		Type    string
+		Default any
+	}
+	if err := json.Unmarshal(datatests.RunPython(t, nil, "glue_ref.py", "flags"), &ref); err != nil {
+		t.Fatal(err)
+	}
+	if len(ref) < 25 {
+		t.Fatalf("run_classifier defines only %d flags?", len(ref))
+	}
+	c := runClassifierDefaults()
+	fs := newFlagSet(&c, io.Discard)
+	for name, r := range ref {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("--%s (%s, default %v) is not a flag", name, r.Type, r.Default)
+			continue
+		}
+		got := f.Value.(flag.Getter).Get()
+		var want any
+		switch r.Type {
+		case "bool":
+			want, _ = r.Default.(bool)
+		case "int":
+			n, _ := r.Default.(float64)
+			want = int(n)
+		case "float":
+			want, _ = r.Default.(float64)
+		case "string":
+			want, _ = r.Default.(string) // None: ""
+		default:
+			t.Errorf("--%s: flag type %s", name, r.Type)
+			continue
+		}
+		if got != want {
+			t.Errorf("--%s: default %#v, run_classifier's %#v", name, got, want)
+		}
 	}
 }
