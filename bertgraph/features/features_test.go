@@ -339,6 +339,42 @@ func TestGLUEColumnsByIndex(t *testing.T) {
 	}
 }
 
+// XNLI's dev file as run_classifier's XnliProcessor reads it: one language's lines kept by the
+// language column, the others counted as filtered; XNLI's train file's "contradictory" read as
+// the label list's "contradiction".
+func TestGLUEFilterAndLabelAliases(t *testing.T) {
+	path := writeFile(t, "xnli.dev.tsv", "language\tgold_label\tsentence1\tsentence2\n"+
+		"en\tneutral\tA.\tB.\nzh\tcontradictory\t他.\t她.\nzh\tentailment\t是.\t对.\nde\tneutral\tJa.\tNein.\n")
+	labels, _ := NewLabels([]string{"contradiction", "entailment", "neutral"})
+	opts := ReadOptions{Format: FormatGLUE, TextA: ColumnAt(2), TextB: ColumnAt(3), Label: ColumnAt(1), Labels: labels,
+		Where: Filter{ColumnNamed("language"), "zh"}, LabelAliases: map[string]string{"contradictory": "contradiction"}}
+	exs, counts, err := readAll(t, path, opts)
+	want := []InputExample{
+		{GUID: path + ":3", TextA: "他.", TextB: "她.", Label: "contradiction"},
+		{GUID: path + ":4", TextA: "是.", TextB: "对.", Label: "entailment"},
+	}
+	if err != nil || !slices.Equal(exs, want) || counts != (Counts{Lines: 4, Read: 2, Filtered: 2}) {
+		t.Errorf("got %+v %+v %v", exs, counts, err)
+	}
+	// Over two ranks every line is read, skipped or filtered by one of them.
+	sum := 0
+	for rank := range 2 {
+		opts.Rank, opts.Size = rank, 2
+		_, c, err := readAll(t, path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += c.Read + c.Skipped + c.Filtered
+	}
+	if sum != 4 {
+		t.Errorf("read+skipped+filtered over ranks %d, want 4", sum)
+	}
+	opts.Rank, opts.Size, opts.Where = 0, 1, Filter{ColumnNamed("lang"), "zh"}
+	if _, err := Open(path, opts); err == nil || !strings.Contains(err.Error(), `header has no column "lang"`) {
+		t.Errorf("filter on a missing column: %v", err)
+	}
+}
+
 // A seed-format test file may omit the labels: then the whole line is the text, tabs included.
 func TestSeedUnlabelled(t *testing.T) {
 	path := writeFile(t, "test.tsv", "a review\nwith\ta tab\n")

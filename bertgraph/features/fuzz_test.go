@@ -7,14 +7,16 @@ import (
 )
 
 // FuzzReader: any file content, any shard, skipping bad lines, in every layout (seed with and
-// without labels; GLUE by header name, by index with a header, by index without one): no
-// panic, and the ranks' read and skipped counts add up to the data lines.
+// without labels; GLUE by header name, by index with a header, by index without one, filtered
+// by a field with a label alias): no
+// panic, and the ranks' read, skipped and filtered counts add up to the data lines.
 func FuzzReader(f *testing.F) {
 	f.Add([]byte("0\tgood\n1\tok\n"), uint8(0))
 	f.Add([]byte("\ufeff0\tbom\r\n\n\tx\n1\t\xff\n2"), uint8(1))
 	f.Add([]byte("sentence\tlabel\nhello\t1\nbad\n"), uint8(2))
 	f.Add([]byte("index\ta\tb\tlabel\n0\tx\t\t1\n1\ty\n"), uint8(3))
 	f.Add([]byte("src\t1\t\tok\nsrc\t0\n\t\t\t\n"), uint8(4))
+	f.Add([]byte("language\ta\tlabel\nzh\tok\tx\nen\tno\t1\nzh\t\t0\n"), uint8(5))
 	labels, err := NewLabels([]string{"0", "1"})
 	if err != nil {
 		f.Fatal(err)
@@ -25,6 +27,7 @@ func FuzzReader(f *testing.F) {
 		{Format: FormatGLUE},
 		{Format: FormatGLUE, TextA: ColumnAt(1), TextB: ColumnAt(2), Label: ColumnAt(-1)},
 		{Format: FormatGLUE, NoHeader: true, TextA: ColumnAt(3), Label: ColumnAt(1)},
+		{Format: FormatGLUE, TextA: ColumnAt(1), Label: ColumnAt(2), Where: Filter{ColumnAt(0), "zh"}, LabelAliases: map[string]string{"x": "1"}},
 	}
 	f.Fuzz(func(t *testing.T, data []byte, layout uint8) {
 		path := filepath.Join(t.TempDir(), "in.tsv")
@@ -44,7 +47,7 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("ranks saw %d and %d lines", lines, counts.Lines)
 			}
 			lines = counts.Lines
-			sum += counts.Read + counts.Skipped
+			sum += counts.Read + counts.Skipped + counts.Filtered
 		}
 		if sum != lines {
 			t.Fatalf("read+skipped %d over ranks, %d data lines", sum, lines)

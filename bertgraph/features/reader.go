@@ -62,6 +62,13 @@ type ReadOptions struct {
 	// is data and the columns must be by index. With a header, every line must have its number
 	// of fields; without, enough fields for the columns.
 	NoHeader bool
+	// Where, when its Column is set, keeps only the FormatGLUE lines whose field in that column
+	// equals Value (XNLI's dev file holds every language, run_classifier keeps one); the others
+	// are counted as Filtered.
+	Where Filter
+	// LabelAliases renames labels as read before the label list sees them (XNLI's training file
+	// says "contradictory" where the label list has "contradiction").
+	LabelAliases map[string]string
 	// Rank and Size shard the file: data line i (0-based, the header not counted) belongs to rank
 	// i % Size, as in the Horovod BERT recipe. Size 0 means 1.
 	Rank, Size int
@@ -69,6 +76,12 @@ type ReadOptions struct {
 	Labels *Labels
 	// SkipBad skips bad lines and counts them instead of failing on the first one.
 	SkipBad bool
+}
+
+// Filter selects lines by the value of one field.
+type Filter struct {
+	Column Column
+	Value  string
 }
 
 // LineError is bad input: the file, the 1-based line number and what is wrong.
@@ -80,8 +93,8 @@ type LineError struct {
 
 func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.Path, e.Line, e.Reason) }
 
-// Counts are what a Reader has seen so far. Over all ranks, the Read and Skipped counts add up
-// to Lines: every data line is either read or skipped by exactly one rank.
+// Counts are what a Reader has seen so far. Over all ranks, the Read, Skipped and Filtered
+// counts add up to Lines: every data line is read, skipped or filtered out by exactly one rank.
 type Counts struct {
 	// Lines: data lines of the whole file seen so far (every rank's), header excluded.
 	Lines int
@@ -89,6 +102,8 @@ type Counts struct {
 	Read int
 	// Skipped: bad lines of this rank's share skipped under SkipBad.
 	Skipped int
+	// Filtered: lines of this rank's share that ReadOptions.Where left out.
+	Filtered int
 }
 
 // Reader streams the examples of one rank's share of a text data file. Every rank checks every
@@ -102,8 +117,8 @@ type Reader struct {
 	counts Counts
 	// FormatGLUE: the header's number of fields (0 without header) and the columns, by index
 	// once the header resolved the names.
-	nCols                int
-	colA, colB, colLabel Column
+	nCols                         int
+	colA, colB, colLabel, colKeep Column
 }
 
 // ShardSize checks that rank is one of size processes' shards and returns size, 0 meaning 1
@@ -157,7 +172,13 @@ func (r *Reader) Next() (InputExample, error) {
 		}
 		mine := r.counts.Lines%r.opts.Size == r.opts.Rank
 		r.counts.Lines++
-		ex, reason := r.parse(raw, mine)
+		ex, reason, kept := r.parse(raw, mine)
+		if !kept {
+			if mine {
+				r.counts.Filtered++
+			}
+			continue
+		}
 		if reason != "" {
 			if !r.opts.SkipBad {
 				return InputExample{}, &LineError{Path: r.path, Line: r.line, Reason: reason}
@@ -225,10 +246,11 @@ func validPrefixLen(b []byte) int {
 }
 
 // parse checks a data line and returns why it is bad, or "" and, when build is set (the line is
-// this rank's), its example; other ranks' lines are checked without copying their text.
-func (r *Reader) parse(raw []byte, build bool) (InputExample, string) {
-	if reason := lineReason(raw, r.line); reason != "" {
-		return InputExample{}, reason
+// this rank's), its example; other ranks' lines are checked without copying their text. kept is
+// false for a line that ReadOptions.Where leaves out.
+func (r *Reader) parse(raw []byte, build bool) (ex InputExample, reason string, kept bool) {
+	if reason = lineReason(raw, r.line); reason != "" {
+		return InputExample{}, reason, true
 	}
 	var label, textA, textB []byte
 	switch {
@@ -237,50 +259,61 @@ func (r *Reader) parse(raw []byte, build bool) (InputExample, string) {
 	case r.opts.Format == FormatSeed:
 		var ok bool
 		if label, textA, ok = bytes.Cut(raw, []byte{'\t'}); !ok {
-			return InputExample{}, "no tab: expected `label<TAB>text`"
+			return InputExample{}, "no tab: expected `label<TAB>text`", true
 		}
 		if len(label) == 0 {
-			return InputExample{}, "empty label"
+			return InputExample{}, "empty label", true
 		}
 	default:
 		fields := bytes.Split(raw, []byte{'\t'})
 		if r.nCols > 0 && len(fields) != r.nCols {
-			return InputExample{}, fmt.Sprintf("%d tab-separated fields, the header has %d", len(fields), r.nCols)
+			return InputExample{}, fmt.Sprintf("%d tab-separated fields, the header has %d", len(fields), r.nCols), true
 		}
-		var reason string
+		if r.colKeep.set {
+			var v []byte
+			if v, reason = field(fields, r.colKeep, "the filter"); reason != "" {
+				return InputExample{}, reason, true
+			}
+			if string(v) != r.opts.Where.Value {
+				return InputExample{}, "", false
+			}
+		}
 		if textA, reason = field(fields, r.colA, "text_a"); reason != "" {
-			return InputExample{}, reason
+			return InputExample{}, reason, true
 		}
 		// An empty text_b is kept: run_classifier makes it a single-sequence example.
 		if r.colB.set {
 			if textB, reason = field(fields, r.colB, "text_b"); reason != "" {
-				return InputExample{}, reason
+				return InputExample{}, reason, true
 			}
 		}
 		if r.colLabel.set {
 			if label, reason = field(fields, r.colLabel, "label"); reason != "" {
-				return InputExample{}, reason
+				return InputExample{}, reason, true
 			}
 			if len(label) == 0 {
-				return InputExample{}, "empty label"
+				return InputExample{}, "empty label", true
 			}
 		}
 	}
+	if alias, ok := r.opts.LabelAliases[string(label)]; ok && len(label) > 0 {
+		label = []byte(alias)
+	}
 	if len(bytes.TrimSpace(textA)) == 0 {
-		return InputExample{}, "empty text"
+		return InputExample{}, "empty text", true
 	}
 	if r.opts.Labels != nil && len(label) > 0 {
 		if _, ok := r.opts.Labels.ID(string(label)); !ok {
-			return InputExample{}, fmt.Sprintf("label %q is not in the label list %q", label, r.opts.Labels.names)
+			return InputExample{}, fmt.Sprintf("label %q is not in the label list %q", label, r.opts.Labels.names), true
 		}
 	}
 	if !build {
-		return InputExample{}, ""
+		return InputExample{}, "", true
 	}
 	return InputExample{
 		GUID:  fmt.Sprintf("%s:%d", r.path, r.line),
 		TextA: string(textA), TextB: string(textB), Label: string(label),
-	}, ""
+	}, "", true
 }
 
 // field returns the field of col, or why the line has none.
@@ -308,9 +341,9 @@ func (r *Reader) columns() error {
 	if o.Unlabelled {
 		o.Label = Column{}
 	}
-	r.colA, r.colB, r.colLabel = o.TextA, o.TextB, o.Label
+	r.colA, r.colB, r.colLabel, r.colKeep = o.TextA, o.TextB, o.Label, o.Where.Column
 	if o.NoHeader {
-		for _, c := range []Column{r.colA, r.colB, r.colLabel} {
+		for _, c := range []Column{r.colA, r.colB, r.colLabel, r.colKeep} {
 			if c.name != "" {
 				return fmt.Errorf("features: %s: column %s by name, but the file is read without a header", r.path, c)
 			}
@@ -346,5 +379,5 @@ func (r *Reader) columns() error {
 		*c = ColumnAt(i)
 		return nil
 	}
-	return errors.Join(resolve(&r.colA, "text_a"), resolve(&r.colB, "text_b"), resolve(&r.colLabel, "label"))
+	return errors.Join(resolve(&r.colA, "text_a"), resolve(&r.colB, "text_b"), resolve(&r.colLabel, "label"), resolve(&r.colKeep, "the filter"))
 }
