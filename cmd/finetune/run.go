@@ -237,6 +237,14 @@ func (j *job) prepare() error {
 			return err
 		}
 		j.ckpts.Warnf = j.console.infof
+		// Rank 0 alone reads --init_checkpoint (and broadcasts it): its index is checked against
+		// the model now, before any rank spends minutes converting features for a run that
+		// would fail, or train from scratch, once it is read.
+		if c.InitCheckpoint != "" {
+			if _, err := ct.CheckInitCheckpoint(c.InitCheckpoint); err != nil {
+				return fmt.Errorf("--init_checkpoint: %w", err)
+			}
+		}
 		if ct.DoLowerCase != c.DoLowerCase {
 			j.console.infof("warning: --do_lower_case=%v but %s was exported with do_lower_case=%v", c.DoLowerCase, c.SavedModel, ct.DoLowerCase)
 		}
