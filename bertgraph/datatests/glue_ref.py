@@ -4,11 +4,12 @@ usage: glue_ref.py TASK DATA_DIR --vocab VOCAB --max-seq-length N [--cased] > ex
        glue_ref.py flags > flags.json
 
 Reads DATA_DIR's train, dev and test files with Google's processor of TASK (bert-tensorflow's
-run_classifier.py: cola, mrpc, mnli; sst-2 as GLUE's baseline and HF transformers read it, in
+run_classifier.py: cola, mrpc, mnli, xnli; sst-2 as GLUE's baseline and HF transformers read it, in
 the processors' manner) and converts every example with run_classifier's
 convert_single_example over tokenization.py's FullTokenizer. stdout: a JSON object mapping
 "train", "dev", "test" to lists of {guid, text_a, text_b, label, input_ids, input_mask,
-segment_ids, label_id}, and "labels" to the processor's label list.
+segment_ids, label_id} (null for a split the processor lacks), and "labels" to the processor's
+label list.
 
 `flags` prints the command-line flags that run_classifier.py (and the tokenization.py it
 imports) defines, as a JSON object mapping each name to {"type": absl's flag type, "default":
@@ -75,6 +76,7 @@ def main() -> None:
         "cola": run_classifier.ColaProcessor,
         "mnli": run_classifier.MnliProcessor,
         "mrpc": run_classifier.MrpcProcessor,
+        "xnli": run_classifier.XnliProcessor,
         "sst-2": sst2_processor(run_classifier),
     }
     processor = processors[args.task]()
@@ -83,8 +85,13 @@ def main() -> None:
     out = {"labels": labels}
     for split, get in (("train", processor.get_train_examples), ("dev", processor.get_dev_examples),
                        ("test", processor.get_test_examples)):
+        try:
+            examples = get(args.data_dir)
+        except NotImplementedError:  # XnliProcessor has no test split
+            out[split] = None
+            continue
         rows = []
-        for ex in get(args.data_dir):
+        for ex in examples:
             # ex_index 5: past the first examples that convert_single_example logs.
             f = run_classifier.convert_single_example(5, ex, labels, args.max_seq_length, tok)
             rows.append({"guid": ex.guid, "text_a": ex.text_a, "text_b": ex.text_b or "", "label": ex.label,

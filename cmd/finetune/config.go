@@ -295,8 +295,10 @@ func (c *Config) check() error {
 	if !c.DoTrain && !c.DoEval && !c.DoPredict {
 		bad("at least one of --do_train, --do_eval or --do_predict must be true")
 	}
-	if _, err := lookupTask(c.TaskName); err != nil {
+	if t, err := lookupTask(c.TaskName); err != nil {
 		bad("%v", err)
+	} else if c.DoPredict && t.test.file == "" {
+		bad("--do_predict: --task_name=%s has no test split (nor has run_classifier's processor)", t.name)
 	}
 	if c.UseTPU {
 		bad("--use_tpu: gorovod runs on CPUs and GPUs through Horovod; there is no TPU path")

@@ -222,7 +222,8 @@ func TestRunClassifierCommandLinesParse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--task_name=qnli"}, `--task_name "qnli": unknown task; known: seed, cola, mrpc, mnli, sst-2`},
+		{[]string{"--task_name=qnli"}, `--task_name "qnli": unknown task; known: seed, cola, mrpc, mnli, xnli, sst-2`},
+		{[]string{"--task_name=XNLI", "--do_predict"}, "--do_predict: --task_name=xnli has no test split"},
 		{[]string{"--use_tpu=true", "--tpu_name=grpc://10.0.0.1:8470"}, "--use_tpu: gorovod runs on CPUs and GPUs"},
 		{[]string{"--master=grpc://10.0.0.1:8470"}, `--master "grpc://10.0.0.1:8470"`},
 		{[]string{"--preserve_unused_tokens=true"}, "--preserve_unused_tokens"},
@@ -251,7 +252,7 @@ func TestUsageOnHelpOnly(t *testing.T) {
 		t.Fatalf("-help: %v", err)
 	}
 	help := out.String()
-	for _, want := range []string{"\n  -data_dir string\n", "\n  -labels names\n", "\n  -task_name string\n", "\n  -iterations_per_loop int\n", "cola, mrpc, mnli, sst-2"} {
+	for _, want := range []string{"\n  -data_dir string\n", "\n  -labels names\n", "\n  -task_name string\n", "\n  -iterations_per_loop int\n", "cola, mrpc, mnli, xnli, sst-2"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("-help lacks %q:\n%s", want, help)
 		}

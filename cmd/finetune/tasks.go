@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -23,7 +24,7 @@ type task struct {
 // split is one data file of a task and how to read it (format and columns; the reader's
 // sharding, label check and skipping come from the run).
 type split struct {
-	file string
+	file string // "" for a split the task lacks
 	read features.ReadOptions
 }
 
@@ -50,7 +51,7 @@ func at(i int) *int { return &i }
 const seedTaskName = "seed"
 
 // tasks are run_classifier.py's processors of bert-tensorflow 1.0.4 (ColaProcessor,
-// MrpcProcessor, MnliProcessor) with the same files, columns and labels, GLUE's SST-2 as the
+// MrpcProcessor, MnliProcessor, XnliProcessor) with the same files, columns and labels, GLUE's SST-2 as the
 // processors of GLUE's own baseline and HF transformers read it, and the seed format. Every test
 // split is read without labels: run_classifier gives its test examples a dummy label (the first
 // of the list, id 0), as the converter does for unlabelled ones.
@@ -84,6 +85,20 @@ var tasks = []*task{
 		train:  glueSplit("train.tsv", true, 8, 9, at(-1)),
 		dev:    glueSplit("dev_matched.tsv", true, 8, 9, at(-1)),
 		test:   glueSplit("test_matched.tsv", true, 8, 9, nil),
+		labels: []string{"contradiction", "entailment", "neutral"},
+	},
+	{
+		// XNLI in Chinese, as XnliProcessor (language "zh"): MultiNLI's machine-translated
+		// training set (premise, hypo, label, "contradictory" meaning "contradiction") and the zh
+		// lines of XNLI's dev set (language, gold_label, ..., sentence1 and sentence2 in fields 6
+		// and 7); no test split.
+		name: "xnli",
+		train: split{file: filepath.Join("multinli", "multinli.train.zh.tsv"), read: features.ReadOptions{
+			Format: features.FormatGLUE, TextA: features.ColumnAt(0), TextB: features.ColumnAt(1), Label: features.ColumnAt(2),
+			LabelAliases: map[string]string{"contradictory": "contradiction"}}},
+		dev: split{file: "xnli.dev.tsv", read: features.ReadOptions{
+			Format: features.FormatGLUE, TextA: features.ColumnAt(6), TextB: features.ColumnAt(7), Label: features.ColumnAt(1),
+			Where: features.Filter{Column: features.ColumnAt(0), Value: "zh"}}},
 		labels: []string{"contradiction", "entailment", "neutral"},
 	},
 	{

@@ -49,6 +49,17 @@ var glueFiles = map[string]map[string]string{
 		"test_matched.tsv": "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\n" +
 			"0\t31493\t31493\ttravel\t( ( Hierbas ) )\t( ( Hierbas ) )\t(ROOT (S))\t(ROOT (S))\tHierbas, ans seco, ans dulce, and frigola are just a few names worth keeping a look-out for.\tHierbas is a name worth looking out for.\n",
 	},
+	"xnli": {
+		"multinli/multinli.train.zh.tsv": "premise\thypo\tlabel\n" +
+			"从 概念 上 看 , 奶油 收入 有 两 个 基本 方面 产品 和 地理 .\t产品 和 地理 是 什么 使 奶油 抹 霜 工作 .\tneutral\n" +
+			"你 知道 在 这个 季节 , \"我\" 猜 .\t你 失去 了 东西 .\tentailment\n" +
+			"我们 的 一个 号码 会 仔细 执行 你 的 指示 .\t我 团队 的 一个 成员 将 执行 你 的 命令 .\tcontradictory\n",
+		"xnli.dev.tsv": "language\tgold_label\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\tpromptID\tpairID\tgenre\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tsentence1_tokenized\tsentence2_tokenized\tmatch\n" +
+			"en\tneutral\t\t\t\t\tAnd he said, Mama, I'm home.\tHe called his mom.\t1\t1\tfacetoface\tneutral\tcontradiction\tneutral\tneutral\tneutral\tAnd he said\tHe called\tTrue\n" +
+			"zh\tcontradiction\t\t\t\t\t他说，妈妈，我回来了。\t校车把他放下后，他立即给他妈妈打了电话。\t1\t1\tfacetoface\tneutral\tcontradiction\tneutral\tneutral\tneutral\t他 说\t校车\tTrue\n" +
+			"zh\tentailment\t\t\t\t\t他说，“妈妈，我回来了。”\t他说他回家了。\t1\t2\tfacetoface\tentailment\tentailment\tneutral\tentailment\tentailment\t他 说\t他 说\tTrue\n" +
+			"de\tentailment\t\t\t\t\tUnd er sagte: Mama, ich bin zu Hause.\tEr sagte, er sei zu Hause.\t1\t2\tfacetoface\tentailment\tentailment\tneutral\tentailment\tentailment\tUnd er\tEr sagte\tTrue\n",
+	},
 	"sst-2": {
 		"train.tsv": "sentence\tlabel\nhide new secretions from the parental units \t0\nthe greatest musicians ' \"finest\" work — très bien \t1\n",
 		"dev.tsv":   "sentence\tlabel\nit 's a charming and often affecting journey . \t1\n",
@@ -109,6 +120,7 @@ func TestTasksReadAndConvertLikeRunClassifier(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			for f, content := range files {
+				os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
 				if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -144,6 +156,12 @@ func TestTasksReadAndConvertLikeRunClassifier(t *testing.T) {
 				{map[bool]string{true: "dev_matched", false: "dev"}[name == "mnli"], task.dev, ref.Dev, true},
 				{"test", task.test, ref.Test, false},
 			} {
+				if s.split.file == "" {
+					if s.want != nil {
+						t.Errorf("no %s split, run_classifier has %d examples", s.set, len(s.want))
+					}
+					continue
+				}
 				path := filepath.Join(dir, s.split.file)
 				exs := readExamples(t, path, s.split.read)
 				if len(exs) != len(s.want) || len(exs) == 0 {
