@@ -212,7 +212,8 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 func parseConfig(args []string, output io.Writer) (Config, error) {
 	if len(args) == 0 {
 		c := defaultTask()
-		return c, c.fromTaskAndModel(nil)
+		err := c.fromTaskAndModel(nil)
+		return c, err
 	}
 	c := runClassifierDefaults()
 	fs := newFlagSet(&c, io.Discard)
