@@ -6,7 +6,8 @@
 #
 #   make docker-gpu                       # docker build -f docker/gpu.Dockerfile -t gorovod:gpu .
 #   docker run --gpus all --rm -it --ipc=host gorovod:gpu \
-#     mpirun -np 8 finetune --task_name=imdb ...
+#     mpirun -np 8 finetune --do_train --do_eval --saved_model=... --data_dir=... --output_dir=...
+#   (README, GPUs: the whole command with the image's paths)
 #
 # The CUDA user-space libraries come from the pip wheels TensorFlow pins (CUDA 12.x, cuDNN 9,
 # NCCL 2.x), so the base image needs only the CUDA base layer; the driver and libnvidia-ml are
