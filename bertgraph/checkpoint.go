@@ -181,7 +181,7 @@ func planInit(prefix string, r *tf.CheckpointReader, vars []VariableSpec) (*Init
 			expected = append(expected, v.Name)
 			keys = append(keys, v.CheckpointKey)
 		}
-		return nil, fmt.Errorf("bertgraph: init checkpoint %s initialises none of the model's %d %s variables: its %d names (%s) match neither the Google BERT names the model expects (%s) nor its checkpoint keys (%s)",
+		return nil, fmt.Errorf("bertgraph: init checkpoint %s initialises none of the model's %d %s variables: its %d name(s) (%s) match neither the Google BERT names the model expects (%s) nor its checkpoint keys (%s)",
 			prefix, encoder, encoderPrefix, len(names), listSome(names, 3, ", "), listSome(expected, 3, ", "), listSome(keys, 1, ", "))
 	}
 	return report, nil
@@ -223,10 +223,10 @@ func (m *Model) InitFromCheckpoint(prefix string) (*InitReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bertgraph: init from checkpoint %s: %w", prefix, err)
 		}
-		err = copyOut(t, values.Parts[i], e.From)
+		err = copyOut(t, values.Parts[i])
 		t.Close()
 		if err != nil {
-			return nil, fmt.Errorf("bertgraph: init from checkpoint %s: %w", prefix, err)
+			return nil, fmt.Errorf("bertgraph: init from checkpoint %s: %s: %w", prefix, e.From, err)
 		}
 	}
 	if err := m.AssignVariables(values); err != nil {
