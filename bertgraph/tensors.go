@@ -53,14 +53,15 @@ func (f *FlatTensors) check(vars []VariableSpec) error {
 	return nil
 }
 
-// copyOut copies t's float32 values into dst in place.
-func copyOut(t *tf.Tensor, dst []float32, what string) error {
+// copyOut copies t's float32 values into dst in place. The caller names t in its error, built
+// only on failure: TrainStep calls this for every variable every step.
+func copyOut(t *tf.Tensor, dst []float32) error {
 	got, err := tf.Values(t, dst[:0])
 	if err != nil {
-		return fmt.Errorf("bertgraph: %s: %w", what, err)
+		return err
 	}
 	if len(got) != len(dst) {
-		return fmt.Errorf("bertgraph: %s has %d elements, want %d", what, len(got), len(dst))
+		return fmt.Errorf("%d elements, want %d", len(got), len(dst))
 	}
 	return nil
 }

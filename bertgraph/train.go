@@ -58,8 +58,8 @@ func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTe
 	}
 	st.Correct, st.Examples = int(correct), int(examples)
 	for i, v := range m.contract.Variables {
-		if err := copyOut(out[3+i], grads.Parts[i], "gradient of "+v.Name); err != nil {
-			return st, err
+		if err := copyOut(out[3+i], grads.Parts[i]); err != nil {
+			return st, fmt.Errorf("bertgraph: gradient of %s: %w", v.Name, err)
 		}
 	}
 	return st, nil

@@ -20,8 +20,8 @@ func (m *Model) ReadVariables(dst *FlatTensors) error {
 	}
 	defer closeAll(out)
 	for i, v := range m.contract.Variables {
-		if err := copyOut(out[i], dst.Parts[i], "value of "+v.Name); err != nil {
-			return err
+		if err := copyOut(out[i], dst.Parts[i]); err != nil {
+			return fmt.Errorf("bertgraph: value of %s: %w", v.Name, err)
 		}
 	}
 	return nil

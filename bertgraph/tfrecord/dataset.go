@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 )
@@ -33,13 +34,17 @@ type Dataset struct {
 	epoch uint64
 
 	file    *os.File
-	reader  *Reader
+	reader  *Reader // reading file; nil between files
+	reuse   *Reader // the last reader, reset onto the next file
 	fileIdx int
 	index   int // record index over all files, this epoch
 	mine    int // records of this rank, this epoch
 
 	buf []Record
 	rng *rand.Rand
+	// spare holds the data buffers of records ReadBatch has decoded, for the next records read:
+	// a training run reads without allocating once the shuffle buffer is full.
+	spare [][]byte
 }
 
 // Record is one record's data and where it was read.
@@ -100,7 +105,12 @@ func (d *Dataset) nextInShard() (Record, error) {
 			if err != nil {
 				return Record{}, fmt.Errorf("tfrecord: %w", err)
 			}
-			d.file, d.reader = f, NewReader(f, d.paths[d.fileIdx])
+			if d.reuse == nil {
+				d.reuse = NewReader(f, d.paths[d.fileIdx])
+			} else {
+				d.reuse.reset(f, d.paths[d.fileIdx])
+			}
+			d.file, d.reader = f, d.reuse
 		}
 		offset := d.reader.Offset()
 		rec, err := d.reader.Next()
@@ -115,7 +125,11 @@ func (d *Dataset) nextInShard() (Record, error) {
 		d.index++
 		if j%d.opts.Size == d.opts.Rank {
 			d.mine++
-			return Record{Data: slices.Clone(rec), Path: d.paths[d.fileIdx], Offset: offset}, nil
+			var data []byte
+			if n := len(d.spare); n > 0 {
+				data, d.spare = d.spare[n-1], d.spare[:n-1]
+			}
+			return Record{Data: append(data[:0], rec...), Path: d.paths[d.fileIdx], Offset: offset}, nil
 		}
 	}
 }
@@ -164,39 +178,57 @@ func (d *Dataset) nextShuffled() (Record, error) {
 	return rec, nil
 }
 
-// NextBatch decodes the next batchSize records into a batch of sequences of seqLength. At the
-// end of a non-repeating dataset the last partial batch is dropped with dropRemainder and
+// NextBatch decodes the next batchSize records into a new batch of sequences of seqLength. At
+// the end of a non-repeating dataset the last partial batch is dropped with dropRemainder and
 // otherwise padded with padding examples (IsRealExample 0); io.EOF when nothing is left.
 // The batch's GUIDs are the real records' "path@offset" positions.
 func (d *Dataset) NextBatch(batchSize, seqLength int, dropRemainder bool) (*features.Batch, error) {
 	b := features.NewBatch(batchSize, seqLength)
+	if err := d.readBatch(b, dropRemainder, true); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ReadBatch is NextBatch into b, reused (b.BatchSize records of b.SeqLength; rows not filled
+// are cleared to padding examples), without GUIDs: the training loop's way, which allocates
+// nothing per batch. On an error b's contents are undefined.
+func (d *Dataset) ReadBatch(b *features.Batch, dropRemainder bool) error {
+	return d.readBatch(b, dropRemainder, false)
+}
+
+func (d *Dataset) readBatch(b *features.Batch, dropRemainder, guids bool) error {
+	b.GUIDs = b.GUIDs[:0]
+	s := b.SeqLength
 	n := 0
-	for ; n < batchSize; n++ {
+	for ; n < b.BatchSize; n++ {
 		rec, err := d.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		f, err := DecodeFeatures(rec.Data, seqLength)
-		if err != nil {
-			return nil, fmt.Errorf("%s: record at byte offset %d: %w", rec.Path, rec.Offset, err)
+		row := b.Row(n)
+		if err := decodeInto(rec.Data, &row); err != nil {
+			return fmt.Errorf("%s: record at byte offset %d: %w", rec.Path, rec.Offset, err)
 		}
-		if f.IsRealExample {
-			b.GUIDs = append(b.GUIDs, fmt.Sprintf("%s@%d", rec.Path, rec.Offset))
-		}
-		s := seqLength
-		copy(b.InputIDs[n*s:], f.InputIDs)
-		copy(b.InputMask[n*s:], f.InputMask)
-		copy(b.SegmentIDs[n*s:], f.SegmentIDs)
-		b.LabelIDs[n] = f.LabelID
-		if f.IsRealExample {
+		d.spare = append(d.spare, rec.Data)
+		b.LabelIDs[n], b.IsRealExample[n] = row.LabelID, 0
+		if row.IsRealExample {
 			b.IsRealExample[n] = 1
+			if guids {
+				b.GUIDs = append(b.GUIDs, rec.Path+"@"+strconv.FormatInt(rec.Offset, 10))
+			}
 		}
 	}
-	if n == 0 || (n < batchSize && dropRemainder) {
-		return nil, io.EOF
+	if n == 0 || (n < b.BatchSize && dropRemainder) {
+		return io.EOF
 	}
-	return b, nil
+	clear(b.InputIDs[n*s:])
+	clear(b.InputMask[n*s:])
+	clear(b.SegmentIDs[n*s:])
+	clear(b.LabelIDs[n:])
+	clear(b.IsRealExample[n:])
+	return nil
 }

@@ -52,6 +52,25 @@ func EncodeExample(features map[string][]int64) []byte {
 // parsers do.
 func DecodeExample(b []byte) (map[string][]int64, error) {
 	out := map[string][]int64{}
+	err := eachFeature(b, func(key, list []byte) error {
+		values := []int64{}
+		if err := eachInt64(list, func(x int64) { values = append(values, x) }); err != nil {
+			return err
+		}
+		out[string(key)] = values
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachFeature calls f with the key and the Int64List of each feature of a serialized
+// tf.train.Example, in record order (a later entry with the same key replaces an earlier one, as
+// for any protobuf map, when f stores by key); list is nil for a feature of no kind. A feature of
+// another kind is an error naming it. Neither key nor list is copied.
+func eachFeature(b []byte, f func(key, list []byte) error) error {
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if num != exampleFeatures || typ != protowire.BytesType {
 			return nil
@@ -60,50 +79,47 @@ func DecodeExample(b []byte) (map[string][]int64, error) {
 			if num != featuresFeature || typ != protowire.BytesType {
 				return nil
 			}
-			return decodeEntry(entry, out)
+			key, list, err := decodeEntry(entry)
+			if err != nil {
+				return err
+			}
+			return f(key, list)
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tfrecord: bad tf.train.Example: %w", err)
+		return fmt.Errorf("tfrecord: bad tf.train.Example: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
-func decodeEntry(entry []byte, out map[string][]int64) error {
-	var key string
+// decodeEntry splits a Features.feature map entry into its key and its Int64List.
+func decodeEntry(entry []byte) (key, list []byte, err error) {
 	var feature []byte
-	err := eachField(entry, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	err = eachField(entry, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
 		switch num {
 		case mapKey:
-			key = string(v)
+			key = v
 		case mapValue:
 			feature = v
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	// A later entry with the same key replaces an earlier one, as for any protobuf map.
-	values := []int64{}
-	err = eachField(feature, func(num protowire.Number, typ protowire.Type, list []byte) error {
+	err = eachField(feature, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		switch num {
 		case featureBytes, featureFloat:
 			return fmt.Errorf("feature %q is a %s, only int64_list is supported", key, map[protowire.Number]string{featureBytes: "bytes_list", featureFloat: "float_list"}[num])
 		case featureInt64:
-			values = values[:0]
-			return eachInt64(list, func(x int64) { values = append(values, x) })
+			list = v
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	out[key] = values
-	return nil
+	return key, list, err
 }
 
 // eachInt64 walks Int64List.value, packed or not (parsers must accept both).

@@ -64,12 +64,20 @@ type Reader struct {
 	r      *bufio.Reader
 	path   string
 	offset int64
-	buf    []byte // the last record's data and checksum, reused
+	buf    []byte   // the last record's data and checksum, reused
+	header [12]byte // reused too: read through an interface, a local would escape each call
 }
 
 // NewReader reads records from r; path names it in errors.
 func NewReader(r io.Reader, path string) *Reader {
 	return &Reader{r: bufio.NewReaderSize(r, 1<<16), path: path}
+}
+
+// reset reads from src from its start, keeping the buffers: a Dataset reads file after file,
+// epoch after epoch, with one Reader.
+func (r *Reader) reset(src io.Reader, path string) {
+	r.r.Reset(src)
+	r.path, r.offset = path, 0
 }
 
 // Offset is the byte offset of the next record.
@@ -78,8 +86,8 @@ func (r *Reader) Offset() int64 { return r.offset }
 // Next returns the next record's data, valid until the following call; io.EOF after the last
 // record; a *CorruptError for a bad checksum or a truncated record.
 func (r *Reader) Next() ([]byte, error) {
-	var header [12]byte
-	n, err := io.ReadFull(r.r, header[:])
+	header := r.header[:]
+	n, err := io.ReadFull(r.r, header)
 	if err == io.EOF {
 		return nil, io.EOF
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -167,6 +168,68 @@ func TestFeaturesRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeFeatures(EncodeExample(map[string][]int64{"input_ids": make([]int64, 4)}), 4); err == nil || !strings.Contains(err.Error(), "input_mask") {
 		t.Errorf("missing feature: %v", err)
+	}
+	// Each rule of parse_single_example, against DecodeExample's map (the fuzz test draws more).
+	ok := map[string][]int64{KeyInputIDs: {5, 6}, KeyInputMask: {1, 1}, KeySegmentIDs: {0, 0}, KeyLabelIDs: {2}}
+	for name, change := range map[string]func(map[string][]int64){
+		"fits":                    func(map[string][]int64) {},
+		"is_real_example 0":       func(m map[string][]int64) { m[KeyIsRealExample] = []int64{0} },
+		"is_real_example 1":       func(m map[string][]int64) { m[KeyIsRealExample] = []int64{1} },
+		"two labels":              func(m map[string][]int64) { m[KeyLabelIDs] = []int64{1, 2} },
+		"no label value":          func(m map[string][]int64) { m[KeyLabelIDs] = []int64{} },
+		"no label":                func(m map[string][]int64) { delete(m, KeyLabelIDs) },
+		"label overflows":         func(m map[string][]int64) { m[KeyLabelIDs] = []int64{1 << 40} },
+		"id overflows":            func(m map[string][]int64) { m[KeyInputIDs] = []int64{1, -1 << 33} },
+		"long mask":               func(m map[string][]int64) { m[KeyInputMask] = []int64{1, 1, 1} },
+		"unknown feature":         func(m map[string][]int64) { m["extra"] = []int64{1 << 62, -1} },
+		"two is_real_example":     func(m map[string][]int64) { m[KeyIsRealExample] = []int64{1, 1} },
+		"negative in-range value": func(m map[string][]int64) { m[KeySegmentIDs] = []int64{-3, 0} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := maps.Clone(ok)
+			change(m)
+			checkDecodeFeatures(t, EncodeExample(m), 2)
+		})
+	}
+	// A key twice in one record: the later entry holds, as for any protobuf map.
+	twice := append(EncodeExample(ok), EncodeExample(map[string][]int64{KeyInputIDs: {7, 8}})...)
+	if f, err := DecodeFeatures(twice, 2); err != nil || !slices.Equal(f.InputIDs, []int32{7, 8}) {
+		t.Errorf("repeated key: %v %v", f.InputIDs, err)
+	}
+	checkDecodeFeatures(t, append(EncodeExample(ok), EncodeExample(map[string][]int64{KeyInputIDs: {7}})...), 2)
+}
+
+// ReadBatch into one reused batch gives what NextBatch gives in new ones, the last partial
+// batch's padding rows cleared of the previous batch's records.
+func TestReadBatchReusesItsBatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	for range 11 {
+		w.Write(EncodeFeatures(randomFeatures(rng, 8)))
+	}
+	path := filepath.Join(t.TempDir(), "train.tf_record")
+	os.WriteFile(path, buf.Bytes(), 0o644)
+	for _, opts := range []DatasetOptions{{}, {ShuffleBuffer: 4, Seed: 3}} {
+		fresh, _ := OpenDataset([]string{path}, opts)
+		reused, _ := OpenDataset([]string{path}, opts)
+		b := features.NewBatch(4, 8)
+		for i := 0; ; i++ {
+			want, werr := fresh.NextBatch(4, 8, false)
+			err := reused.ReadBatch(b, false)
+			if werr == io.EOF && err == io.EOF {
+				break
+			}
+			if werr != nil || err != nil {
+				t.Fatalf("batch %d: %v, %v", i, werr, err)
+			}
+			if !slices.Equal(b.InputIDs, want.InputIDs) || !slices.Equal(b.InputMask, want.InputMask) || !slices.Equal(b.SegmentIDs, want.SegmentIDs) ||
+				!slices.Equal(b.LabelIDs, want.LabelIDs) || !slices.Equal(b.IsRealExample, want.IsRealExample) || len(b.GUIDs) != 0 {
+				t.Fatalf("shuffle %d, batch %d: ReadBatch %+v, NextBatch %+v", opts.ShuffleBuffer, i, b, want)
+			}
+		}
+		fresh.Close()
+		reused.Close()
 	}
 }
 

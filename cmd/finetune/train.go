@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/events"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
@@ -219,12 +220,14 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 	grads := j.model.NewFlatTensors()
 	named := j.named(grads)
 
-	var ev *events.Writer
+	var sums *summaries
 	if j.rank == 0 {
-		if ev, err = events.Create(j.in.rankDir); err != nil {
+		ev, err := events.Create(j.in.rankDir)
+		if err != nil {
 			return step, err
 		}
-		defer ev.Close()
+		sums = newSummaries(ev, j.console.infof)
+		defer sums.close()
 		term, width := isTerminal(os.Stderr)
 		j.console.bar = progress.New(os.Stderr, term, width, step, sched.TrainSteps, c.LogStepCountSteps)
 	}
@@ -235,9 +238,9 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 	var skipped, consecutive int64
 	var interrupted os.Signal
 	globalBatch := c.TrainBatchSize * j.size
+	batch := features.NewBatch(c.TrainBatchSize, c.MaxSeqLength) // refilled every step
 	for step < sched.TrainSteps && interrupted == nil {
-		batch, err := ds.NextBatch(c.TrainBatchSize, c.MaxSeqLength, true)
-		if err != nil {
+		if err := ds.ReadBatch(batch, true); err != nil {
 			return step, err
 		}
 		drawn++
@@ -293,14 +296,10 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 		if j.rank != 0 {
 			continue
 		}
-		sums, _ := horovod.Values[float64](sum)
-		loss := sums[0] / float64(j.size)
+		totals, _ := horovod.Values[float64](sum)
+		loss := totals[0] / float64(j.size)
 		j.console.bar.Report(progress.Step{Step: step, Loss: loss, LR: lr, Examples: globalBatch, Skipped: skipped})
-		if err := ev.Scalars(step, map[string]float64{"loss": loss, "learning_rate": lr,
-			"global_norm": float64(res.GlobalNorm), "examples_per_sec": j.console.bar.Rate(),
-			"train_accuracy": sums[1] / max(1, sums[2])}); err != nil {
-			return step, err
-		}
+		sums.write(step, loss, lr, float64(res.GlobalNorm), j.console.bar.Rate(), totals[1]/max(1, totals[2]))
 		if res.Applied && c.SaveCheckpointsSteps > 0 && step%int64(c.SaveCheckpointsSteps) == 0 {
 			if err := j.saveCheckpoint(step, drawn); err != nil {
 				return step, err
@@ -313,6 +312,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 		}
 		j.console.bar.Done(step, (step-first)*int64(globalBatch))
 		j.console.bar = nil
+		sums.close()
 	}
 	if interrupted != nil {
 		// No rank leaves before rank 0's checkpoint is complete.
@@ -347,4 +347,53 @@ func signalOf(t horovod.Tensor) os.Signal {
 		return nil
 	}
 	return syscall.Signal(v[0])
+}
+
+// scalarWriter is what the training loop needs of an events file (*events.Writer).
+type scalarWriter interface {
+	Scalars(step int64, values map[string]float64) error
+	Close() error
+	Path() string
+}
+
+// summaries writes rank 0's training curves to the events file. The curves serve TensorBoard;
+// the checkpoints are what a run produces. So a failure to write or complete the file does not
+// stop training: it is logged as a warning naming the file, once, and the summaries end there.
+type summaries struct {
+	w      scalarWriter // nil once closed or failed
+	values map[string]float64
+	warnf  func(format string, args ...any)
+}
+
+func newSummaries(w scalarWriter, warnf func(format string, args ...any)) *summaries {
+	return &summaries{w: w, values: make(map[string]float64, 5), warnf: warnf}
+}
+
+// write records one step's scalars, through one map reused every step.
+func (s *summaries) write(step int64, loss, lr, globalNorm, examplesPerSec, accuracy float64) {
+	if s.w == nil {
+		return
+	}
+	s.values["loss"], s.values["learning_rate"], s.values["global_norm"] = loss, lr, globalNorm
+	s.values["examples_per_sec"], s.values["train_accuracy"] = examplesPerSec, accuracy
+	if err := s.w.Scalars(step, s.values); err != nil {
+		s.fail(fmt.Sprintf("from step %d on", step), err)
+	}
+}
+
+// close completes the file: flushed, synced and closed. Later calls do nothing.
+func (s *summaries) close() {
+	if s.w == nil {
+		return
+	}
+	if err := s.w.Close(); err != nil {
+		s.warnf("warning: the TensorBoard events file %s could not be completed, its last steps may be missing: %v", s.w.Path(), err)
+	}
+	s.w = nil
+}
+
+func (s *summaries) fail(what string, err error) {
+	s.warnf("warning: the TensorBoard events file %s lacks the summaries %s: %v (training goes on; its checkpoints are unaffected)", s.w.Path(), what, err)
+	s.w.Close()
+	s.w = nil
 }
