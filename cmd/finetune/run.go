@@ -245,9 +245,6 @@ func (j *job) prepare() error {
 				return fmt.Errorf("--init_checkpoint: %w", err)
 			}
 		}
-		if ct.DoLowerCase != c.DoLowerCase {
-			j.console.infof("warning: --do_lower_case=%v but %s was exported with do_lower_case=%v", c.DoLowerCase, c.SavedModel, ct.DoLowerCase)
-		}
 		j.console.infof("%d rank(s), %s backend; model %s (%d variables, max_seq_length %d, labels %s); TensorFlow %s",
 			j.size, j.hvd.Backend(), c.SavedModel, len(ct.Variables), ct.MaxSeqLength, strings.Join(names, ","), tf.Version())
 	}
