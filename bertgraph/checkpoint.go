@@ -10,31 +10,128 @@ import (
 	"github.com/gorovod/gorovod/tf"
 )
 
-// Save writes every variable (model, optimizer slots, global step) to the checkpoint prefix
-// through the SaverDef, and returns the prefix written. The keys are listed in the contract
-// (checkpoint_key); Python reads the files with tf.train.load_checkpoint. The prefix's
-// directory is created if needed.
+// Save writes every training variable (model variables, optimizer slots, global step) to the
+// checkpoint prefix (files prefix.index and prefix.data-00000-of-00001) through the
+// save_checkpoint signature, and returns the prefix written. The keys are the contract's
+// checkpoint keys, Google BERT's names as run_classifier's checkpoints have them: a variable N
+// under N, its Adam slots under N/adam_m and N/adam_v, and global_step; so Google's tooling
+// (run_classifier --init_checkpoint, extract_features, Hugging Face's converter) and
+// tf.train.load_checkpoint read it. The prefix's directory is created if needed.
 func (m *Model) Save(prefix string) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
 		return "", fmt.Errorf("bertgraph: save: %w", err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, err := m.sm.Save(prefix)
+	out, err := m.runPrefix(SigSaveCheckpoint, prefix, "prefix")
 	if err != nil {
-		return "", fmt.Errorf("bertgraph: %w", err)
+		return "", fmt.Errorf("bertgraph: save checkpoint %s: %w", prefix, err)
 	}
-	return p, nil
+	defer out.Close()
+	written, err := out.Strings()
+	if err != nil || len(written) != 1 {
+		return "", fmt.Errorf("bertgraph: save checkpoint %s: save_checkpoint returned %v (%v), want one prefix", prefix, written, err)
+	}
+	return written[0], nil
 }
 
-// Restore reads every variable back from a checkpoint written by Save (to resume training).
+// Restore reads every training variable back from a checkpoint written by Save, or by Google
+// BERT's run_classifier for the same model (to resume training). It first checks the
+// checkpoint's index against the contract and fails, before changing anything, on a missing key
+// or one of another dtype or shape, naming them; a checkpoint of the object-based keys gorovod
+// wrote before contract version 3 is recognised and the error says how to go on from it.
 func (m *Model) Restore(prefix string) error {
+	if err := m.checkRestore(prefix); err != nil {
+		return err
+	}
+	out, err := m.runPrefix(SigRestoreCheckpoint, prefix, "global_step")
+	if err != nil {
+		return fmt.Errorf("bertgraph: restore checkpoint %s: %w", prefix, err)
+	}
+	out.Close()
+	return nil
+}
+
+// runPrefix runs the signature key, which takes a checkpoint prefix, and returns its output.
+func (m *Model) runPrefix(key, prefix, output string) (*tf.Tensor, error) {
+	t, err := tf.NewStringTensor([]string{prefix})
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.sm.Restore(prefix); err != nil {
-		return fmt.Errorf("bertgraph: %w", err)
+	s := m.sigs[key]
+	s.feed("prefix", t)
+	defer delete(s.feeds, s.inputs["prefix"])
+	out, err := s.run(m.sm.Session, s.fetches(output))
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return out[0], nil
+}
+
+// checkpointEntry is one tensor of a training checkpoint.
+type checkpointEntry struct {
+	key   string
+	what  string // "variable N", "slot N/adam_m", "global_step"
+	dtype tf.DataType
+	shape []int64
+}
+
+// checkpointEntries lists what save_checkpoint writes and restore_checkpoint reads: the model
+// variables, the optimizer slots, the global step.
+func (c *Contract) checkpointEntries() []checkpointEntry {
+	out := make([]checkpointEntry, 0, len(c.Variables)+len(c.Optimizer.Slots)+1)
+	for _, v := range c.Variables {
+		out = append(out, checkpointEntry{v.CheckpointKey, "variable " + v.Name, tf.Float, v.Shape})
+	}
+	for _, s := range c.Optimizer.Slots {
+		out = append(out, checkpointEntry{s.CheckpointKey, "slot " + s.Name, tf.Float, s.Shape})
+	}
+	return append(out, checkpointEntry{c.GlobalStep.CheckpointKey, "global_step", tf.Int64, []int64{}})
+}
+
+// legacyObjectGraphKey is in every object-based checkpoint (what tf.train.Checkpoint and a TF2
+// SavedModel's SaverDef write), as in the training checkpoints of contract version 2 and older.
+const legacyObjectGraphKey = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+// checkRestore checks the index of the checkpoint at prefix holds every training checkpoint
+// key with its dtype and shape; it reads no values.
+func (m *Model) checkRestore(prefix string) error {
+	c := m.contract
+	r, err := tf.OpenCheckpoint(prefix)
+	if err != nil {
+		return fmt.Errorf("bertgraph: restore checkpoint: %w", err)
+	}
+	defer r.Close()
+	var missing, differ []string
+	for _, e := range c.checkpointEntries() {
+		info, ok := r.Variable(e.key)
+		switch {
+		case !ok:
+			missing = append(missing, e.key)
+		case info.DType != e.dtype || !slices.Equal(info.Shape, e.shape):
+			differ = append(differ, fmt.Sprintf("%s is %s%v in the checkpoint, the model's %s is %s%v",
+				e.key, info.DType, info.Shape, e.what, e.dtype, e.shape))
+		}
+	}
+	if len(missing) == 0 && len(differ) == 0 {
+		return nil
+	}
+	if _, legacy := r.Variable(legacyObjectGraphKey); legacy && len(c.Variables) > 0 {
+		if _, ok := r.Variable(c.Variables[0].ObjectKey); ok {
+			return fmt.Errorf("bertgraph: checkpoint %s is keyed the old way (object-based keys such as %s, written by gorovod before contract version 3), not by the Google BERT names this model saves and restores: training cannot resume from it; start a new run (another --output_dir, or move the old checkpoints away) with --init_checkpoint=%s, which takes its weights (not its optimizer state or global step)",
+				prefix, c.Variables[0].ObjectKey, prefix)
+		}
+	}
+	var problems []string
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d of the %d training variables are missing: %s",
+			len(missing), len(c.checkpointEntries()), listSome(missing, maxMismatchesListed, ", ")))
+	}
+	if len(differ) > 0 {
+		problems = append(problems, fmt.Sprintf("%d differ in dtype or shape:\n  %s", len(differ), listSome(differ, maxMismatchesListed, "\n  ")))
+	}
+	return fmt.Errorf("bertgraph: checkpoint %s does not fit the model %s: %s", prefix, m.dir, strings.Join(problems, "; "))
 }
 
 // InitEntry says where one model variable's initial value came from.
@@ -142,7 +239,7 @@ func planInit(prefix string, r *tf.CheckpointReader, vars []VariableSpec) (*Init
 	encoder, encoderInit := 0, 0
 	for _, v := range vars {
 		e := InitEntry{Variable: v.Name, Shape: v.Shape}
-		for _, name := range []string{v.Name, v.CheckpointKey} {
+		for _, name := range []string{v.Name, v.CheckpointKey, v.ObjectKey} {
 			info, ok := r.Variable(name)
 			if !ok {
 				continue
@@ -179,9 +276,9 @@ func planInit(prefix string, r *tf.CheckpointReader, vars []VariableSpec) (*Init
 		var expected, keys []string
 		for _, v := range vars {
 			expected = append(expected, v.Name)
-			keys = append(keys, v.CheckpointKey)
+			keys = append(keys, v.ObjectKey)
 		}
-		return nil, fmt.Errorf("bertgraph: init checkpoint %s initialises none of the model's %d %s variables: its %d name(s) (%s) match neither the Google BERT names the model expects (%s) nor its checkpoint keys (%s)",
+		return nil, fmt.Errorf("bertgraph: init checkpoint %s initialises none of the model's %d %s variables: its %d name(s) (%s) match neither the Google BERT names the model expects (%s) nor the object-based keys of older gorovod checkpoints (%s)",
 			prefix, encoder, encoderPrefix, len(names), listSome(names, 3, ", "), listSome(expected, 3, ", "), listSome(keys, 1, ", "))
 	}
 	return report, nil
@@ -196,8 +293,9 @@ func listSome(items []string, n int, sep string) string {
 }
 
 // InitFromCheckpoint sets every model variable the checkpoint at prefix holds, matched by its
-// Google name (a pretrained bert_model.ckpt) or by its checkpoint key (a checkpoint written by
-// Save); the others keep their values, as BERT's init_from_checkpoint does. It fails, before
+// Google name (a pretrained bert_model.ckpt, a run_classifier checkpoint, a checkpoint written
+// by Save) or by its object-based key (a checkpoint gorovod wrote before contract version 3,
+// or a SavedModel's variables/variables); the others keep their values, as BERT's init_from_checkpoint does. It fails, before
 // changing anything, where CheckInitCheckpoint does: a name whose shape or dtype differs from
 // its variable's, or no encoder variable initialised. Optimizer slots and the global step are
 // not touched.

@@ -14,8 +14,16 @@ import (
 )
 
 // ContractVersion is the version of the exporter's contract this package drives. Version 2
-// added apply_gradients' gradient_scale input.
-const ContractVersion = 2
+// added apply_gradients' gradient_scale input; version 3 the save_checkpoint and
+// restore_checkpoint signatures, which key training checkpoints by Google BERT names.
+const ContractVersion = 3
+
+// contractChanges says, for each version after 1, what a training model exported before it
+// lacks: the reason a re-export is needed.
+var contractChanges = map[int]string{
+	2: "apply_gradients takes the input gradient_scale",
+	3: "training checkpoints are written and read by save_checkpoint and restore_checkpoint, keyed by Google BERT names",
+}
 
 // Paths inside an exported SavedModel directory.
 const (
@@ -25,13 +33,15 @@ const (
 
 // Signature keys of the training SavedModel.
 const (
-	SigTrainStep       = "train_step"
-	SigApplyGradients  = "apply_gradients"
-	SigEvalStep        = "eval_step"
-	SigPredict         = "predict"
-	SigServingDefault  = "serving_default"
-	SigReadVariables   = "read_variables"
-	SigAssignVariables = "assign_variables"
+	SigTrainStep         = "train_step"
+	SigApplyGradients    = "apply_gradients"
+	SigEvalStep          = "eval_step"
+	SigPredict           = "predict"
+	SigServingDefault    = "serving_default"
+	SigReadVariables     = "read_variables"
+	SigAssignVariables   = "assign_variables"
+	SigSaveCheckpoint    = "save_checkpoint"
+	SigRestoreCheckpoint = "restore_checkpoint"
 )
 
 // Contract is assets.extra/gorovod_contract.json, written by bertgraph/exporter/export.py.
@@ -56,10 +66,8 @@ type Contract struct {
 	Optimizer struct {
 		Name            string  `json:"name"`
 		DefaultClipNorm float32 `json:"default_clip_norm"`
-		Slots           []struct {
-			Name          string `json:"name"`
-			CheckpointKey string `json:"checkpoint_key"`
-		} `json:"slots"`
+		// Slots are AdamWeightDecay's adam_m and adam_v of every variable.
+		Slots []SlotSpec `json:"slots"`
 	} `json:"optimizer"`
 	// ServingDir is the serving-only SavedModel packaged inside a training one.
 	ServingDir string `json:"serving_dir"`
@@ -85,13 +93,27 @@ type TensorSpec struct {
 
 // VariableSpec is one model variable.
 type VariableSpec struct {
-	Name          string  `json:"name"` // the Google checkpoint name, e.g. bert/pooler/dense/kernel
+	Name        string  `json:"name"` // the Google checkpoint name, e.g. bert/pooler/dense/kernel
+	Shape       []int64 `json:"shape"`
+	DType       string  `json:"dtype"`
+	GradientKey string  `json:"gradient_key"` // train_step output, apply_gradients input
+	ValueKey    string  `json:"value_key"`    // read_variables output, assign_variables input
+	// CheckpointKey is the key in training checkpoints (save_checkpoint): the Google name, as
+	// run_classifier's checkpoints have it.
+	CheckpointKey string `json:"checkpoint_key"`
+	// ObjectKey is the object-based key <name>/.ATTRIBUTES/VARIABLE_VALUE: the key in the
+	// SavedModel's own variables/ (and the serving model's), and in the training checkpoints
+	// gorovod wrote before contract version 3.
+	ObjectKey   string `json:"object_key"`
+	WeightDecay bool   `json:"weight_decay"`
+}
+
+// SlotSpec is one optimizer slot: <variable name>/adam_m or /adam_v.
+type SlotSpec struct {
+	Name          string  `json:"name"`
+	CheckpointKey string  `json:"checkpoint_key"`
 	Shape         []int64 `json:"shape"`
 	DType         string  `json:"dtype"`
-	GradientKey   string  `json:"gradient_key"`   // train_step output, apply_gradients input
-	ValueKey      string  `json:"value_key"`      // read_variables output, assign_variables input
-	CheckpointKey string  `json:"checkpoint_key"` // key in checkpoints written through the SaverDef
-	WeightDecay   bool    `json:"weight_decay"`
 }
 
 // NumElements is the product of the shape.
@@ -114,14 +136,19 @@ func ReadContract(dir string) (*Contract, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("bertgraph: %s: %w", path, err)
 	}
-	// Version 2 changed training signatures only: serving models exported before it still load.
-	if c.Version != ContractVersion && !(c.Kind == "serving" && c.Version == 1) {
-		why := ""
-		if c.Version < 2 {
-			why = " (since version 2, apply_gradients takes the input gradient_scale)"
+	// Versions 2 and 3 changed training signatures only: serving models exported before them
+	// still load.
+	if c.Version != ContractVersion && !(c.Kind == "serving" && c.Version >= 1 && c.Version < ContractVersion) {
+		var why []string
+		for v := max(c.Version+1, 2); v <= ContractVersion; v++ {
+			why = append(why, fmt.Sprintf("since version %d, %s", v, contractChanges[v]))
+		}
+		reason := ""
+		if len(why) > 0 {
+			reason = " (" + strings.Join(why, "; ") + ")"
 		}
 		return nil, fmt.Errorf("bertgraph: %s: contract version %d, this build drives version %d%s: re-export the model",
-			path, c.Version, ContractVersion, why)
+			path, c.Version, ContractVersion, reason)
 	}
 	if c.NumLabels < 2 || len(c.LabelNames) != c.NumLabels || c.MaxSeqLength < 1 {
 		return nil, fmt.Errorf("bertgraph: %s: num_labels %d with %d label names, max_seq_length %d",
@@ -187,6 +214,7 @@ func (c *Contract) expectedSignatures() map[string]ContractSignature {
 		Outputs: map[string]TensorSpec{"global_step": scalar("int64")}}
 	assign := ContractSignature{Inputs: map[string]TensorSpec{},
 		Outputs: map[string]TensorSpec{"num_assigned": scalar("int32")}}
+	prefix := map[string]TensorSpec{"prefix": scalar("string")}
 	for _, v := range c.Variables {
 		spec := TensorSpec{"float32", v.Shape}
 		train.Outputs[v.GradientKey] = spec
@@ -202,6 +230,9 @@ func (c *Contract) expectedSignatures() map[string]ContractSignature {
 		SigServingDefault:  {batchInputs(seq), predictions},
 		SigReadVariables:   read,
 		SigAssignVariables: assign,
+		SigSaveCheckpoint:  {prefix, map[string]TensorSpec{"prefix": scalar("string")}},
+		SigRestoreCheckpoint: {map[string]TensorSpec{"prefix": scalar("string")},
+			map[string]TensorSpec{"global_step": scalar("int64")}},
 	}
 }
 
@@ -227,6 +258,16 @@ func (c *Contract) validate(sm *tf.SavedModel) error {
 				bad("variable %q is listed twice", v.Name)
 			}
 			seen[v.Name] = true
+		}
+		if len(c.Optimizer.Slots) != 2*len(c.Variables) {
+			bad("the optimizer has %d slots for %d variables, want 2 each (adam_m, adam_v)", len(c.Optimizer.Slots), len(c.Variables))
+		}
+		keys := map[string]bool{}
+		for _, e := range c.checkpointEntries() {
+			if e.key == "" || keys[e.key] {
+				bad("training checkpoint key %q of %s is empty or repeated", e.key, e.what)
+			}
+			keys[e.key] = true
 		}
 		grads := 0
 		for k := range c.Signatures[SigTrainStep].Outputs {

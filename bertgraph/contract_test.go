@@ -66,15 +66,18 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 	}{
 		{"no contract", empty, []string{empty, "not a gorovod BERT SavedModel", "gorovod_contract.json"}},
 		{"contract version", copyModel(t, func(c map[string]any) { c["contract_version"] = 99.0 }),
-			[]string{"contract version 99", "version 2", "re-export"}},
+			[]string{"contract version 99", "version 3", "re-export"}},
 		{"contract version 1 (no gradient_scale)", copyModel(t, func(c map[string]any) { c["contract_version"] = 1.0 }),
-			[]string{"contract version 1", "apply_gradients takes the input gradient_scale", "re-export"}},
+			[]string{"contract version 1", "apply_gradients takes the input gradient_scale", "since version 3, training checkpoints", "re-export"}},
+		{"contract version 2 (object-based checkpoints)", copyModel(t, func(c map[string]any) { c["contract_version"] = 2.0 }),
+			[]string{"contract version 2", "since version 3, training checkpoints are written and read by save_checkpoint and restore_checkpoint, keyed by Google BERT names", "re-export"}},
 		{"serving model", serving, []string{"serving", "LoadClassifier"}},
 		{"no saved_model.pb", noGraph, []string{"saved_model.pb"}},
 		{"variable without gradient", copyModel(t, func(c map[string]any) {
 			vars := c["variables"].([]any)
 			c["variables"] = vars[:len(vars)-1]
-		}), []string{"train_step has 41 gradient outputs for 40 variables", `signature "apply_gradients" has 44 inputs, want 43`}},
+		}), []string{"train_step has 41 gradient outputs for 40 variables", `signature "apply_gradients" has 44 inputs, want 43`,
+			"the optimizer has 82 slots for 40 variables"}},
 		{"wrong max_seq_length", copyModel(t, func(c map[string]any) { c["max_seq_length"] = 32.0 }),
 			[]string{`signature "train_step" input "input_ids" has shape [?,16], want [?,32]`, `signature "predict"`}},
 		{"shape of a variable", copyModel(t, func(c map[string]any) {
@@ -85,7 +88,8 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 			delete(c["bert_config"].(map[string]any), "vocab_size")
 		}), []string{ContractFile, "bert_config needs a positive vocab_size and type_vocab_size (got 0 and 2"}},
 		{"missing signatures", trainingContractOnServingModel,
-			[]string{`signature "train_step" is missing`, `signature "apply_gradients" is missing`, `signature "read_variables" is missing`}},
+			[]string{`signature "train_step" is missing`, `signature "apply_gradients" is missing`, `signature "read_variables" is missing`,
+				`signature "save_checkpoint" is missing`, `signature "restore_checkpoint" is missing`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := Load(tc.dir, testOptions())
@@ -100,16 +104,19 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 			}
 		})
 	}
-	// A serving model of contract version 1 still loads: version 2 changed training signatures only.
+	// Serving models of contract versions 1 and 2 still load: versions 2 and 3 changed training
+	// signatures only.
 	oldServing := filepath.Join(t.TempDir(), "serving")
 	if err := copyTree(serving, oldServing); err != nil {
 		t.Fatal(err)
 	}
-	editContract(t, oldServing, func(c map[string]any) { c["contract_version"] = 1 })
-	if c, err := LoadClassifier(oldServing, ClassifierOptions{}); err != nil {
-		t.Errorf("serving model of contract version 1: %v", err)
-	} else {
-		c.Close()
+	for _, version := range []int{1, 2} {
+		editContract(t, oldServing, func(c map[string]any) { c["contract_version"] = version })
+		if c, err := LoadClassifier(oldServing, ClassifierOptions{}); err != nil {
+			t.Errorf("serving model of contract version %d: %v", version, err)
+		} else {
+			c.Close()
+		}
 	}
 	editContract(t, oldServing, func(c map[string]any) { c["contract_version"] = 0 })
 	if _, err := LoadClassifier(oldServing, ClassifierOptions{}); err == nil || !strings.Contains(err.Error(), "contract version 0") {

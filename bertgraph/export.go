@@ -21,10 +21,11 @@ import (
 // and no optimizer state.
 //
 // How: the exporter packaged a serving-only SavedModel inside the training one (the contract's
-// serving_dir) whose model variables have the same checkpoint keys. ExportServing saves the
-// training variables to a temporary checkpoint, loads the serving model, restores that
-// checkpoint into it through its own SaverDef (which reads only the keys it has), and saves it
-// through the same SaverDef into dir/variables. saved_model.pb and assets.extra (contract,
+// serving_dir) whose model variables have the same object-based keys (object_key) as the
+// training SavedModel's. ExportServing saves the training variables to a temporary checkpoint
+// through the training SavedModel's SaverDef (object-based keys, unlike Save's Google names),
+// loads the serving model, restores that checkpoint into it through its own SaverDef (which
+// reads only the keys it has), and saves it through the same SaverDef into dir/variables. saved_model.pb and assets.extra (contract,
 // vocabulary, bert_config.json) are copied, so the graph is exactly the one the exporter wrote
 // and only the weights are new; opts then replace the vocabulary, casing and label names the
 // export records, so that a Classifier on it tokenises and names labels as training did.
@@ -58,8 +59,8 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	defer func() { err = errors.Join(err, os.RemoveAll(tmp)) }()
 
 	trained := filepath.Join(tmp, "trained", "ckpt")
-	if _, err := m.Save(trained); err != nil {
-		return err
+	if err := m.saveObjectBased(trained); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	serving, err := tf.LoadSavedModel(src, []string{"serve"}, m.opts.Session)
 	if err != nil {
@@ -91,6 +92,18 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	return nil
+}
+
+// saveObjectBased writes every variable to the checkpoint prefix through the SavedModel's
+// SaverDef, under the object-based keys the serving model's SaverDef restores.
+func (m *Model) saveObjectBased(prefix string) error {
+	if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, err := m.sm.Save(prefix)
+	return err
 }
 
 // ExportOptions say how the exported model's inputs were made in training, when not as the
@@ -219,16 +232,17 @@ func within(root, path string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// sameVariables checks the serving model's variables are the training model's, key for key.
+// sameVariables checks the serving model's variables are the training model's, object-based
+// key for key (the keys ExportServing's transfer goes by).
 func sameVariables(serving, training []VariableSpec) error {
 	if len(serving) != len(training) {
 		return fmt.Errorf("%d variables, the training model has %d", len(serving), len(training))
 	}
 	for i := range serving {
 		s, t := serving[i], training[i]
-		if s.Name != t.Name || s.CheckpointKey != t.CheckpointKey || !slices.Equal(s.Shape, t.Shape) {
+		if s.Name != t.Name || s.ObjectKey != t.ObjectKey || !slices.Equal(s.Shape, t.Shape) {
 			return fmt.Errorf("variable %d is %s%v (key %s), the training model's is %s%v (key %s)",
-				i, s.Name, s.Shape, s.CheckpointKey, t.Name, t.Shape, t.CheckpointKey)
+				i, s.Name, s.Shape, s.ObjectKey, t.Name, t.Shape, t.ObjectKey)
 		}
 	}
 	return nil

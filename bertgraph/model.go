@@ -73,7 +73,7 @@ func (m *Model) init() error {
 	m.readFetches = m.sigs[SigReadVariables].fetches(values...)
 	m.evalFetches = m.sigs[SigEvalStep].fetches("loss_sum", "correct", "examples")
 	if m.sm.SaverDef == nil {
-		return fmt.Errorf("bertgraph: %s has no SaverDef; Save and Restore need one", m.dir)
+		return fmt.Errorf("bertgraph: %s has no SaverDef; ExportServing needs one", m.dir)
 	}
 	return nil
 }

@@ -362,6 +362,16 @@ func TestCheckpointRoundTripIncludesOptimizerState(t *testing.T) {
 	if s, _ := b.GlobalStep(); s != 2 {
 		t.Errorf("restored global step %d, want 2", s)
 	}
+	ra, rb := a.NewFlatTensors(), b.NewFlatTensors()
+	if err := a.ReadVariables(ra); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReadVariables(rb); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ra.Data, rb.Data) {
+		t.Error("the restored variables differ from the saved ones")
+	}
 	// One more identical step on both: equal only if the Adam slots came back too.
 	step(a, b1, 2)
 	step(b, b1, 2)

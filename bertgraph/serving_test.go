@@ -68,18 +68,44 @@ func TestInitFromGoogleCheckpointWithMissingNames(t *testing.T) {
 		}
 	}
 
-	// A checkpoint written by Save initialises every variable, by checkpoint key.
-	prefix := filepath.Join(t.TempDir(), "own.ckpt")
-	if _, err := m.Save(prefix); err != nil {
+	// Chained fine-tuning: a checkpoint written by Save (Google names) initialises every
+	// variable by its Google name, and so does one of the object-based keys gorovod wrote
+	// before contract version 3; the optimizer slots and global_step are left unused.
+	own := filepath.Join(t.TempDir(), "own.ckpt")
+	if _, err := m.Save(own); err != nil {
 		t.Fatal(err)
 	}
-	other := loadFixture(t)
-	r, err := other.InitFromCheckpoint(prefix)
-	if err != nil {
+	legacy := filepath.Join(t.TempDir(), "legacy.ckpt")
+	if err := m.saveObjectBased(legacy); err != nil {
 		t.Fatal(err)
 	}
-	if r.Initialized() != len(m.Variables()) || !strings.HasSuffix(r.Entries[0].From, "/.ATTRIBUTES/VARIABLE_VALUE") {
-		t.Errorf("init from own checkpoint: %d of %d, first from %q", r.Initialized(), len(m.Variables()), r.Entries[0].From)
+	for _, c := range []struct {
+		prefix string
+		from   func(v VariableSpec) string
+	}{
+		{own, func(v VariableSpec) string { return v.Name }},
+		{legacy, func(v VariableSpec) string { return v.Name + "/.ATTRIBUTES/VARIABLE_VALUE" }},
+	} {
+		other := loadFixture(t)
+		r, err := other.InitFromCheckpoint(c.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := other.NewFlatTensors()
+		if err := other.ReadVariables(got); err != nil {
+			t.Fatal(err)
+		}
+		if r.Initialized() != len(m.Variables()) || !slices.Equal(got.Data, after.Data) {
+			t.Errorf("init from %s: %d of %d, values equal: %v", c.prefix, r.Initialized(), len(m.Variables()), slices.Equal(got.Data, after.Data))
+		}
+		for i, v := range m.Variables() {
+			if r.Entries[i].From != c.from(v) {
+				t.Errorf("init from %s: %s read from %q, want %q", c.prefix, v.Name, r.Entries[i].From, c.from(v))
+			}
+		}
+		if c.prefix == own && len(r.Unused) != 2*len(m.Variables())+1 {
+			t.Errorf("init from %s: %d unused names, want the %d slots and global_step", c.prefix, len(r.Unused), 2*len(m.Variables()))
+		}
 	}
 	if _, err := m.InitFromCheckpoint(filepath.Join(t.TempDir(), "nope.ckpt")); err == nil || !strings.Contains(err.Error(), "nope.ckpt") {
 		t.Errorf("init from a missing checkpoint: %v", err)

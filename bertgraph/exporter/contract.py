@@ -2,15 +2,18 @@
 
 Everything Go needs to drive the model without guessing is in ``assets.extra/gorovod_contract.json``:
 the signatures with their input/output keys, dtypes and shapes, the variables in gradient order with
-their Google names, shapes, signature keys and object-based checkpoint keys, the optimizer slots and
-global_step with their checkpoint keys, and the serving SavedModel packaged beside it.  Bump
+their Google names, shapes, signature keys, training-checkpoint keys (their Google names) and
+object-based keys (in the SavedModel's variables/), the optimizer slots and global_step with their
+checkpoint keys, and the serving SavedModel packaged beside it.  Bump
 ``CONTRACT_VERSION`` whenever a key, dtype or meaning changes; Go refuses other versions.
 """
 import json
 import pathlib
 
 # 2: apply_gradients takes gradient_scale (the factor the given gradients are multiplied by).
-CONTRACT_VERSION = 2
+# 3: save_checkpoint/restore_checkpoint write and read training checkpoints keyed by Google BERT
+#    names (checkpoint_key: N, N/adam_m, N/adam_v, global_step); object_key is the SavedModel's key.
+CONTRACT_VERSION = 3
 CONTRACT_FILE = "assets.extra/gorovod_contract.json"
 SERVING_DIR = "assets.extra/serving"
 VOCAB_FILE = "assets.extra/vocab.txt"
@@ -22,6 +25,8 @@ PREDICT = "predict"
 SERVING_DEFAULT = "serving_default"
 READ_VARIABLES = "read_variables"
 ASSIGN_VARIABLES = "assign_variables"
+SAVE_CHECKPOINT = "save_checkpoint"
+RESTORE_CHECKPOINT = "restore_checkpoint"
 
 
 def gradient_key(i):

@@ -10,6 +10,11 @@ Layout of DIR:
                                                checkpoint keys for the model variables, no optimizer
     assets.extra/vocab.txt, bert_config.json   copied for the Classifier and for reference
 The serving SavedModel has the same assets.extra files, its contract of kind "serving".
+
+Training checkpoints are not the SavedModel's object-based ones: the save_checkpoint and
+restore_checkpoint signatures write and read every training variable under its Google name, as
+Google BERT's run_classifier names them (``training_state``), so run_classifier, extract_features
+and Hugging Face's converter read what Go writes, and a run_classifier checkpoint resumes here.
 """
 import argparse
 import pathlib
@@ -21,7 +26,7 @@ import tensorflow as tf
 
 from . import checkpoint, contract
 from .config import TINY, BertConfig
-from .model import BertClassifier, checkpoint_key
+from .model import BertClassifier, object_key
 from .optimizer import (BETA_1, BETA_2, EPSILON, EXCLUDE_FROM_WEIGHT_DECAY, WEIGHT_DECAY_RATE,
                         AdamWeightDecay, uses_weight_decay)
 
@@ -61,6 +66,30 @@ def _classification(model, batch, dropout_seed):
     correct = tf.cast(tf.reduce_sum(hits * real), tf.int32)
     examples = tf.cast(tf.reduce_sum(real), tf.int32)
     return loss_sum, correct, examples
+
+
+def training_state(model):
+    """(name, variable) of everything a training checkpoint holds, named as Google BERT's
+    run_classifier names it: the model variables, their AdamWeightDecayOptimizer slots
+    ``<name>/adam_m`` and ``<name>/adam_v``, and ``global_step``."""
+    return list(model.named_variables) + model.optimizer.named_slots + \
+        [("global_step", model.global_step)]
+
+
+def _restore(prefix, state):
+    """Reads every (name, variable) of ``state`` from the checkpoint ``prefix`` and assigns it.
+    RestoreV2 reads all the values before any is assigned, so a missing name or a dtype other than
+    the variable's (its error names the key) changes nothing.  A value of another shape is refused
+    by AssignVariableOp ("wrong shape"), but only when its turn comes, after some others were
+    assigned: an in-graph check cannot gate the assignments, since Grappler infers the restored
+    tensors' shapes from the variables they are assigned to and folds any Shape of them into the
+    variables' shapes.  Callers that must leave the model untouched check the checkpoint's index
+    first, as Go's Model.Restore does."""
+    names = [n for n, _ in state]
+    values = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=names,
+                                  shape_and_slices=[""] * len(names),
+                                  dtypes=[v.dtype for _, v in state])
+    return [var.assign(value, read_value=False) for (_, var), value in zip(state, values)]
 
 
 def build(config, num_labels, max_seq_length, dropout=True, seed=0):
@@ -107,6 +136,20 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
     def predict(input_ids, input_mask, segment_ids):
         return _predictions(model, input_ids, input_mask, segment_ids)
 
+    state = training_state(model)
+
+    def save_checkpoint(prefix):
+        names = [n for n, _ in state]
+        saved = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                                  shape_and_slices=[""] * len(names),
+                                  tensors=[v.read_value() for _, v in state])
+        with tf.control_dependencies([saved]):
+            return {"prefix": tf.identity(prefix)}
+
+    def restore_checkpoint(prefix):
+        with tf.control_dependencies(_restore(prefix, state)):
+            return {"global_step": model.global_step.read_value()}
+
     def read_variables():
         out = {k: v.read_value() for k, v in zip(var_keys, variables)}
         out["global_step"] = model.global_step.read_value()
@@ -120,6 +163,7 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
     grad_specs = {k: tf.TensorSpec(v.shape, tf.float32, k) for k, v in zip(grad_keys, variables)}
     var_specs = {k: tf.TensorSpec(v.shape, tf.float32, k) for k, v in zip(var_keys, variables)}
     scalar = tf.TensorSpec([], tf.float32)
+    prefix = {"prefix": tf.TensorSpec([], tf.string, "prefix")}
     predict_fn = Signature(predict, features)
     signatures = {
         contract.TRAIN_STEP: Signature(
@@ -132,6 +176,8 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
         contract.SERVING_DEFAULT: predict_fn,
         contract.READ_VARIABLES: Signature(read_variables, {}),
         contract.ASSIGN_VARIABLES: Signature(assign_variables, var_specs),
+        contract.SAVE_CHECKPOINT: Signature(save_checkpoint, prefix),
+        contract.RESTORE_CHECKPOINT: Signature(restore_checkpoint, prefix),
     }
     return model, signatures
 
@@ -170,7 +216,7 @@ def make_serving_contract(model, signatures, max_seq_length, label_names, do_low
         kind="serving",
         signatures={k: s.entry() for k, s in sorted(signatures.items())},
         variables=[{"name": name, "shape": var.shape.as_list(), "dtype": var.dtype.name,
-                    "checkpoint_key": checkpoint_key(name)} for name, var in model.named_variables])
+                    "object_key": object_key(name)} for name, var in model.named_variables])
 
 
 def make_contract(model, signatures, max_seq_length, dropout, label_names, do_lower_case):
@@ -182,21 +228,19 @@ def make_contract(model, signatures, max_seq_length, dropout, label_names, do_lo
             "dtype": var.dtype.name,
             "gradient_key": contract.gradient_key(i),
             "value_key": contract.variable_key(i),
-            "checkpoint_key": checkpoint_key(name),
+            "checkpoint_key": name,
+            "object_key": object_key(name),
             "weight_decay": uses_weight_decay(name),
         })
-    slots = []
-    for slot in ("adam_m", "adam_v"):
-        for name, _ in model.named_variables:
-            slots.append({"name": f"{name}/{slot}",
-                          "checkpoint_key": checkpoint_key(f"optimizer/{slot}/{name}")})
+    slots = [{"name": name, "checkpoint_key": name, "shape": var.shape.as_list(),
+              "dtype": var.dtype.name} for name, var in model.optimizer.named_slots]
     return dict(
         _model_entry(model, max_seq_length, label_names, do_lower_case),
         kind="training",
         dropout=dropout,
         signatures={k: s.entry() for k, s in sorted(signatures.items())},
         variables=variables,
-        global_step={"name": "global_step", "checkpoint_key": checkpoint_key("global_step")},
+        global_step={"name": "global_step", "checkpoint_key": "global_step", "dtype": "int64"},
         optimizer={
             "name": "AdamWeightDecay", "beta_1": BETA_1, "beta_2": BETA_2, "epsilon": EPSILON,
             "weight_decay_rate": WEIGHT_DECAY_RATE,
@@ -204,10 +248,12 @@ def make_contract(model, signatures, max_seq_length, dropout, label_names, do_lo
             "clip": "global_norm", "default_clip_norm": 1.0, "slots": slots,
         },
         checkpoint_key_mapping=(
-            "A model variable or global_step named N (Google name) is saved under "
-            "'N/.ATTRIBUTES/VARIABLE_VALUE'; its Adam slots N/adam_m and N/adam_v under "
-            "'optimizer/adam_m/N/.ATTRIBUTES/VARIABLE_VALUE' and "
-            "'optimizer/adam_v/N/.ATTRIBUTES/VARIABLE_VALUE'."),
+            "save_checkpoint writes, and restore_checkpoint reads, every training variable under "
+            "its Google BERT name, as run_classifier's checkpoints have them: a model variable N "
+            "under N, its AdamWeightDecayOptimizer slots under N/adam_m and N/adam_v, and "
+            "global_step (int64) under global_step.  object_key is a model variable's key in the "
+            "SavedModel's own variables/ (and in training checkpoints of contract version 2 "
+            "and older): N/.ATTRIBUTES/VARIABLE_VALUE."),
         serving_dir=contract.SERVING_DIR,
     )
 

@@ -6,9 +6,11 @@ mask adder, GELU feed-forward, post-LayerNorm), tanh pooler on the first token, 
 ``logits = pooled @ output_weights^T + output_bias``.
 
 Every variable sits in a tree of tf.Module nodes whose attribute path *is* its Google name, so the
-object-based checkpoint key TensorFlow derives for it is ``<google name>/.ATTRIBUTES/VARIABLE_VALUE``
-(see ``checkpoint_key``).  The ordered list of variables is kept outside that tree (a plain Python
-list the tracker never sees), so no shorter second path can take over the key.
+object-based checkpoint key TensorFlow derives for it (the key in the SavedModel's variables/) is
+``<google name>/.ATTRIBUTES/VARIABLE_VALUE`` (see ``object_key``).  The ordered list of variables
+is kept outside that tree (a plain Python list the tracker never sees), so no shorter second path
+can take over the key.  Training checkpoints do not use these keys: the save_checkpoint signature
+writes every variable under its Google name, as run_classifier does (export.py).
 """
 import math
 
@@ -21,7 +23,7 @@ LAYER_NORM_EPSILON = 1e-12  # tf.contrib.layers.layer_norm's default, used by Go
 MASK_ADDER = -10000.0  # Google BERT's attention mask adder
 
 
-def checkpoint_key(path):
+def object_key(path):
     """The object-based checkpoint key of the variable at attribute path ``path``."""
     return "/".join(p.replace(".", "..").replace("/", ".S") for p in path.split("/")) \
         + "/.ATTRIBUTES/VARIABLE_VALUE"

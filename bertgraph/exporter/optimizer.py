@@ -27,6 +27,8 @@ BETA_2 = 0.999
 EPSILON = 1e-6
 WEIGHT_DECAY_RATE = 0.01
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+# The slots, named as Google's AdamWeightDecayOptimizer names them: <param name>/<slot>.
+SLOTS = ("adam_m", "adam_v")
 
 
 def uses_weight_decay(name):
@@ -35,7 +37,9 @@ def uses_weight_decay(name):
 
 
 class AdamWeightDecay(tf.Module):
-    """Slots ``adam_m``/``adam_v`` mirror the model's variable tree; see module docstring."""
+    """Slots ``adam_m``/``adam_v`` mirror the model's variable tree; see module docstring.  The
+    optimizer keeps no other state: the learning rate and clip norm are inputs of every step,
+    and global_step belongs to the model."""
 
     def __init__(self, named_variables):
         super().__init__(name="adam_weight_decay")
@@ -45,6 +49,13 @@ class AdamWeightDecay(tf.Module):
         for name, var in named_variables:
             self.adam_m.create(name, tf.zeros(var.shape), trainable=False)
             self.adam_v.create(name, tf.zeros(var.shape), trainable=False)
+
+    @property
+    def named_slots(self):
+        """(``<param name>/<slot>``, variable) of every slot: all ``adam_m``, then all ``adam_v``,
+        each in the order of ``named_variables``."""
+        return [(f"{name}/{slot}", var) for slot in SLOTS
+                for name, var in getattr(self, slot).named_variables]
 
     def apply(self, grads, learning_rate, clip_norm, global_step, gradient_scale=1.0):
         """Returns (global_norm, applied): the norm is that of the scaled gradients, before

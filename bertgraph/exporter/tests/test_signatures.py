@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from bertgraph.exporter import contract, export
 from bertgraph.exporter.config import TINY
-from bertgraph.exporter.model import checkpoint_key
+from bertgraph.exporter.model import object_key
 from bertgraph.exporter.optimizer import uses_weight_decay
 
 SEQ = 16
@@ -80,10 +80,14 @@ def test_contract_describes_the_saved_model(dropout_on):
     reader = tf.train.load_checkpoint(str(dropout_on / "variables/variables"))
     keys = set(reader.get_variable_to_shape_map())
     for v in c["variables"]:
-        assert v["checkpoint_key"] in keys and v["checkpoint_key"] == checkpoint_key(v["name"])
-    for s in c["optimizer"]["slots"]:
-        assert s["checkpoint_key"] in keys
-    assert c["global_step"]["checkpoint_key"] in keys
+        assert v["object_key"] in keys and v["object_key"] == object_key(v["name"])
+        assert v["checkpoint_key"] == v["name"]
+    # Training checkpoints use Google's names: <name>/adam_m, <name>/adam_v, global_step.
+    assert [s["checkpoint_key"] for s in c["optimizer"]["slots"]] == \
+        [f"{n}/{slot}" for slot in ("adam_m", "adam_v") for n in names]
+    assert c["global_step"]["checkpoint_key"] == "global_step"
+    for key in ("save_checkpoint", "restore_checkpoint"):
+        assert c["signatures"][key]["inputs"] == {"prefix": {"dtype": "string", "shape": []}}
     assert json.loads((dropout_on / "assets.extra/bert_config.json").read_text()) == TINY.to_dict()
 
 
