@@ -208,9 +208,13 @@ import numpy as np
 import tensorflow as tf
 out, data, model, seq, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 r = tf.train.load_checkpoint(out)
-res = {"global_step": int(r.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE")),
+names = r.get_variable_to_shape_map()
+# Keyed as run_classifier's checkpoints: Google names, Adam slots beside them, global_step.
+res = {"global_step": int(r.get_tensor("global_step")),
        "kept": [os.path.basename(p) for p in tf.train.get_checkpoint_state(out).all_model_checkpoint_paths],
-       "has_weights": "bert/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE" in r.get_variable_to_shape_map()}
+       "has_weights": all(n in names for n in ("bert/embeddings/word_embeddings",
+                                               "bert/embeddings/word_embeddings/adam_m",
+                                               "bert/embeddings/word_embeddings/adam_v"))}
 steps, tags = [], set()
 for f in sorted(tf.io.gfile.glob(out + "/events.out.tfevents.*")):
     s = []

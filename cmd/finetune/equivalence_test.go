@@ -24,7 +24,8 @@ def load(d):
                 if v.tag == "loss":
                     losses[e.step] = v.simple_value
     r = tf.train.load_checkpoint(d)
-    weights = {k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if k.endswith("VARIABLE_VALUE")}
+    # Every variable and its Adam slots (<name>/adam_m, <name>/adam_v): all but global_step.
+    weights = {k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if k != "global_step"}
     return losses, weights
 
 ref_losses, ref_weights = load(sys.argv[1])
