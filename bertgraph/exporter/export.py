@@ -76,18 +76,22 @@ def training_state(model):
         [("global_step", model.global_step)]
 
 
+def _full_slice(shape):
+    """RestoreV2's shape_and_slice for all of a tensor of ``shape``: "<dims> -:-...".  Given the
+    full shape, RestoreV2 refuses a stored tensor of another shape, naming it ("tensor_name = ...;
+    shape in shape_and_slice spec ... does not match"), and its outputs get static shapes."""
+    dims = shape.as_list()
+    return " ".join([str(d) for d in dims] + [":".join("-" * len(dims))]) if dims else ""
+
+
 def _restore(prefix, state):
     """Reads every (name, variable) of ``state`` from the checkpoint ``prefix`` and assigns it.
-    RestoreV2 reads all the values before any is assigned, so a missing name or a dtype other than
-    the variable's (its error names the key) changes nothing.  A value of another shape is refused
-    by AssignVariableOp ("wrong shape"), but only when its turn comes, after some others were
-    assigned: an in-graph check cannot gate the assignments, since Grappler infers the restored
-    tensors' shapes from the variables they are assigned to and folds any Shape of them into the
-    variables' shapes.  Callers that must leave the model untouched check the checkpoint's index
-    first, as Go's Model.Restore does."""
-    names = [n for n, _ in state]
-    values = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=names,
-                                  shape_and_slices=[""] * len(names),
+    One RestoreV2 reads all the values, checking each stored name, dtype and shape against the
+    variable's (its error names the tensor), before any assignment: a checkpoint that does not fit
+    changes nothing.  (A scalar's slice spec carries no shape: a stored global_step of another
+    shape is refused by the assignment instead.)"""
+    values = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[n for n, _ in state],
+                                  shape_and_slices=[_full_slice(v.shape) for _, v in state],
                                   dtypes=[v.dtype for _, v in state])
     return [var.assign(value, read_value=False) for (_, var), value in zip(state, values)]
 

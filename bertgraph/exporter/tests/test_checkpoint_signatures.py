@@ -120,7 +120,7 @@ def test_restore_round_trips_every_variable_and_reads_run_classifiers_checkpoint
         np.testing.assert_array_equal(value, values[name], err_msg=name)
 
 
-def test_restore_refuses_a_missing_name_or_dtype_and_changes_nothing(model_dir, tmp_path):
+def test_restore_refuses_what_does_not_fit_and_changes_nothing(model_dir, tmp_path):
     a, c = _trained(model_dir, steps=1)
     good = checkpoint.read(_save(a, tmp_path / "good.ckpt"))
     m = tf.saved_model.load(str(model_dir))
@@ -128,8 +128,11 @@ def test_restore_refuses_a_missing_name_or_dtype_and_changes_nothing(model_dir, 
     missing = dict(good)
     del missing["output_bias/adam_v"]
     wrong_dtype = dict(good, global_step=np.float32(1))
+    # output_bias comes after most variables in the checkpoint's (sorted) order.
+    wrong_shape = dict(good, output_bias=np.zeros([LABELS + 1], np.float32))
     for case, values, want in (("missing", missing, "output_bias/adam_v"),
-                               ("dtype", wrong_dtype, "global_step")):
+                               ("dtype", wrong_dtype, "global_step"),
+                               ("shape", wrong_shape, "tensor_name = output_bias; shape")):
         prefix = checkpoint.write(str(tmp_path / f"{case}.ckpt"), values)
         with pytest.raises(tf.errors.OpError, match=want):
             _restore(m, prefix)
