@@ -3,9 +3,11 @@
 // The SavedModel is written by the Python exporter (bertgraph/exporter): its signatures compute
 // the loss and one dense gradient per variable (train_step), apply averaged gradients with
 // Google BERT's AdamWeightDecay after global-norm clipping (apply_gradients), evaluate
-// (eval_step), predict (predict, serving_default), and read or assign every model variable
-// (read_variables, assign_variables). assets.extra/gorovod_contract.json lists the variables in
-// gradient order with their Google checkpoint names; Load checks the SavedModel against it and
+// (eval_step), predict (predict, serving_default), read or assign every model variable
+// (read_variables, assign_variables), and save or restore every training variable in a
+// checkpoint keyed by Google BERT names, as run_classifier's are (save_checkpoint,
+// restore_checkpoint). assets.extra/gorovod_contract.json lists the variables in gradient order
+// with their Google checkpoint names; Load checks the SavedModel against it and
 // against what this package expects, so a stale or foreign model fails at load time with an
 // error that names what is wrong, not in the middle of training.
 //

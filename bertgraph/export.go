@@ -25,8 +25,8 @@ import (
 // training SavedModel's. ExportServing saves the training variables to a temporary checkpoint
 // through the training SavedModel's SaverDef (object-based keys, unlike Save's Google names),
 // loads the serving model, restores that checkpoint into it through its own SaverDef (which
-// reads only the keys it has), and saves it through the same SaverDef into dir/variables. saved_model.pb and assets.extra (contract,
-// vocabulary, bert_config.json) are copied, so the graph is exactly the one the exporter wrote
+// reads only the keys it has), and saves it through the same SaverDef into dir/variables.
+// saved_model.pb and assets.extra (contract, vocabulary, bert_config.json) are copied, so the graph is exactly the one the exporter wrote
 // and only the weights are new; opts then replace the vocabulary, casing and label names the
 // export records, so that a Classifier on it tokenises and names labels as training did.
 //
