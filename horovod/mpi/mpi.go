@@ -3,6 +3,10 @@
 // MPI_THREAD_SERIALIZED is all it asks of the library. float16 reductions go through custom MPI
 // operators backed by package fp16.
 //
+// A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
+// them sleeping rather than polling, unless GOROVOD_MPI_WAIT says otherwise (see WaitEnv): its
+// peers may still be computing on the cores its polling would take.
+//
 // The package links libmpi through pkg-config (Debian: libopenmpi-dev). A process opens the
 // backend at most once: MPI cannot be initialized again after it is finalized.
 package mpi
@@ -18,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -52,6 +57,39 @@ var ErrClosed = errors.New("mpi: communicator is closed")
 
 var opened sync.Once
 
+// WaitEnv is the environment variable that says how a rank waits in an allgather whose parts are
+// all at most SleepingWaitMaxPart bytes, as horovod's negotiation rounds are, where the rank that
+// arrives first waits for the slowest peer's train step to end:
+//
+//	sleep (default)  test the collective for 50 µs without pause (a peer that is already there
+//	                 answers at MPI's latency), then sleep between tests, 10 µs doubling to 0.5 ms,
+//	                 leaving the core to the peers' computation (TensorFlow's threads, with one
+//	                 rank per core); a round that waited long ends up to 0.5 ms after the last peer
+//	spin             MPI's blocking MPI_Allgatherv, which polls in MPI's progress engine until the
+//	                 last peer arrives (for dedicated cores, or with mpirun's mpi_yield_when_idle)
+//
+// Every other collective is MPI's blocking call: horovod issues them once negotiation has
+// established that every rank is there.
+const WaitEnv = "GOROVOD_MPI_WAIT"
+
+// SleepingWaitMaxPart is the largest part of one rank for which an allgather waits sleeping:
+// OpenMPI sends a part this small in one message when the collective is posted (its shared-memory
+// eager limit), so the collective needs no progress but its completion, and the sleeps only decide
+// how soon that is noticed. Larger parts move in steps that each need both sides to test.
+const SleepingWaitMaxPart = 4096
+
+// waitFromEnv reads WaitEnv: true for the sleeping wait.
+func waitFromEnv() (bool, error) {
+	switch v := os.Getenv(WaitEnv); v {
+	case "", "sleep":
+		return true, nil
+	case "spin":
+		return false, nil
+	default:
+		return false, fmt.Errorf("mpi: %s=%q: want sleep or spin", WaitEnv, v)
+	}
+}
+
 // Comm is MPI_COMM_WORLD (duplicated, so that horovod's traffic never matches the application's),
 // driven from its own OS thread. It implements backend.Backend.
 type Comm struct {
@@ -62,6 +100,8 @@ type Comm struct {
 	// serving is set while Serve runs a loop on the MPI thread: that loop is then the only
 	// caller, and its calls run in place.
 	serving atomic.Bool
+	// sleepingWait: small allgathers wait sleeping (WaitEnv).
+	sleepingWait bool
 }
 
 var _ backend.Pinned = (*Comm)(nil)
@@ -74,7 +114,11 @@ func Open() (*Comm, error) {
 	if !first {
 		return nil, errors.New("mpi: Open called twice: MPI can be initialized once per process")
 	}
-	c := &Comm{calls: make(chan func())}
+	sleepingWait, err := waitFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{calls: make(chan func()), sleepingWait: sleepingWait}
 	ready := make(chan error)
 	go c.serve(ready)
 	if err := <-ready; err != nil {
@@ -208,19 +252,22 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 	return nil
 }
 
-// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints).
+// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints). When every part
+// is at most SleepingWaitMaxPart bytes, a rank that arrives before its peers waits for them as
+// WaitEnv says.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	if len(counts) != c.topo.Size {
 		return fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
 	}
 	cc := make([]C.int, 2*len(counts)) // counts, then displacements, in C memory layout
-	total := 0
+	total, largest := 0, 0
 	for r, n := range counts {
 		if n < 0 || total+n > maxCount {
 			return fmt.Errorf("mpi: allgatherv of %d bytes from rank %d (total above 2^31-1 bytes or negative)", n, r)
 		}
 		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
 		total += n
+		largest = max(largest, n)
 	}
 	if counts[c.topo.Rank] != len(send) || total != len(recv) {
 		return fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
@@ -233,8 +280,12 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	if sp == nil {
 		sp = ptr(recv)
 	}
-	return c.call("MPI_Allgatherv", func() C.int {
-		return C.hvd_mpi_allgatherv(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)])
+	sleep, name := C.int(0), "MPI_Allgatherv"
+	if c.sleepingWait && largest <= SleepingWaitMaxPart {
+		sleep, name = 1, "MPI_Iallgatherv"
+	}
+	return c.call(name, func() C.int {
+		return C.hvd_mpi_allgatherv(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)], sleep)
 	})
 }
 

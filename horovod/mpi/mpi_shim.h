@@ -21,7 +21,13 @@ typedef struct {
 int hvd_mpi_init(hvd_topology *topo);
 int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op);
 int hvd_mpi_bcast(void *buf, int count, int root);
-int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs);
+// hvd_mpi_allgatherv is MPI_Allgatherv when sleep is 0. Otherwise it starts MPI_Iallgatherv and
+// waits for it by testing: for HVD_WAIT_SPIN_NS without pause (a peer that is already there
+// answers at MPI's latency), then with sleeps that double from HVD_WAIT_FIRST_SLEEP_NS to
+// HVD_WAIT_MAX_SLEEP_NS, so that a rank waiting for a peer still computing leaves its core to
+// that computation instead of polling in MPI's progress engine.
+int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
+enum { HVD_WAIT_SPIN_NS = 50000, HVD_WAIT_FIRST_SLEEP_NS = 10000, HVD_WAIT_MAX_SLEEP_NS = 500000 };
 int hvd_mpi_barrier(void);
 void hvd_mpi_abort(int code);
 // hvd_mpi_thread_serialized is MPI_THREAD_SERIALIZED, the level this package needs.

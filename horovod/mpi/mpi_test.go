@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/fp16"
@@ -171,5 +174,77 @@ func TestMisuseIsAnErrorBeforeMPI(t *testing.T) {
 	}
 	if _, err := Open(); err == nil {
 		t.Error("a second Open succeeded")
+	}
+}
+
+func TestWaitFromEnv(t *testing.T) {
+	for v, sleeping := range map[string]bool{"": true, "sleep": true, "spin": false} {
+		t.Setenv(WaitEnv, v)
+		got, err := waitFromEnv()
+		if err != nil || got != sleeping {
+			t.Errorf("%s=%q: sleeping wait %v, %v; want %v", WaitEnv, v, got, err, sleeping)
+		}
+	}
+	t.Setenv(WaitEnv, "poll")
+	if _, err := waitFromEnv(); err == nil || !strings.Contains(err.Error(), `GOROVOD_MPI_WAIT="poll"`) {
+		t.Errorf("an unknown wait gave %v", err)
+	}
+}
+
+// threadCPU is the CPU time the MPI thread has used so far.
+func threadCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	var err error
+	if derr := comm.Do(func() { err = syscall.Getrusage(syscall.RUSAGE_THREAD, &ru) }); derr != nil {
+		t.Fatal(derr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestAllgathervWithALatePeer gathers while the last rank arrives late, as a negotiation round
+// does while a peer computes: every wait (sleeping, MPI's blocking one, parts on either side of
+// SleepingWaitMaxPart) gathers the right bytes, and the sleeping wait leaves the core alone.
+func TestAllgathervWithALatePeer(t *testing.T) {
+	topo := need(t)
+	if topo.Size < 2 {
+		t.Skip("needs a peer")
+	}
+	defer func(s bool) { comm.sleepingWait = s }(comm.sleepingWait)
+	const late = 200 * time.Millisecond
+	for _, sleeping := range []bool{true, false} {
+		comm.sleepingWait = sleeping
+		for _, part := range []int{16, SleepingWaitMaxPart, SleepingWaitMaxPart + 1} {
+			counts := slices.Repeat([]int{part}, topo.Size)
+			var want []byte
+			for r := range counts {
+				want = append(want, bytes.Repeat([]byte{byte(r + 1)}, part)...)
+			}
+			send := bytes.Repeat([]byte{byte(topo.Rank + 1)}, part)
+			recv := make([]byte, len(want))
+			if topo.Rank == topo.Size-1 {
+				time.Sleep(late)
+			}
+			cpu0, wall0 := threadCPU(t), time.Now()
+			if err := comm.Allgatherv(send, recv, counts); err != nil {
+				t.Fatal(err)
+			}
+			cpu, wall := threadCPU(t)-cpu0, time.Since(wall0)
+			if !bytes.Equal(recv, want) {
+				t.Fatalf("sleeping wait %v, parts of %d bytes: gathered the wrong bytes", sleeping, part)
+			}
+			if topo.Rank == topo.Size-1 || wall < late/2 {
+				continue // not the one waiting (or the late rank was not late for this one)
+			}
+			t.Logf("sleeping wait %v, parts of %d bytes: waited %v using %v of CPU", sleeping, part, wall.Round(time.Millisecond), cpu.Round(time.Microsecond))
+			// Polling takes all the CPU time the scheduler grants; the sleeping wait takes a few
+			// microseconds per test, at most 2 tests per millisecond once its sleeps reach 0.5 ms.
+			if sleeping && part <= SleepingWaitMaxPart && cpu > wall/4 {
+				t.Errorf("parts of %d bytes: waiting %v for a late peer used %v of CPU: the wait polls", part, wall, cpu)
+			}
+		}
 	}
 }
