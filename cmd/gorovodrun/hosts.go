@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// host is one machine of the job and how many ranks it may run.
+type host struct {
+	name  string
+	slots int
+}
+
+// hostList writes hosts the way mpirun's -H takes them: name:slots,name:slots.
+func hostList(hosts []host) string {
+	parts := make([]string, len(hosts))
+	for i, h := range hosts {
+		parts[i] = h.name + ":" + strconv.Itoa(h.slots)
+	}
+	return strings.Join(parts, ",")
+}
+
+func totalSlots(hosts []host) int {
+	n := 0
+	for _, h := range hosts {
+		n += h.slots
+	}
+	return n
+}
+
+// parseHosts reads horovodrun's -H value, HOST:SLOTS[,HOST:SLOTS...]. The slots follow the last
+// colon, so an IPv6 address keeps its own. An error names the bad item.
+func parseHosts(spec string) ([]host, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, fmt.Errorf("-H: empty host list: want HOST:SLOTS[,HOST:SLOTS...]")
+	}
+	var hosts []host
+	for _, item := range strings.Split(spec, ",") {
+		i := strings.LastIndexByte(item, ':')
+		if i < 0 {
+			return nil, fmt.Errorf("-H: %q in %q: want HOST:SLOTS (horovodrun's form: the slots are not optional)", item, spec)
+		}
+		h, err := newHost(item[:i], item[i+1:])
+		if err != nil {
+			return nil, fmt.Errorf("-H: %q in %q: %v", item, spec, err)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, checkDuplicates(hosts, "-H "+spec)
+}
+
+// parseHostfile reads horovodrun's (and OpenMPI's) host file: one `HOST slots=N` a line; blank
+// lines and # comments are skipped. An error names the file and line.
+func parseHostfile(path string) ([]host, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--hostfile: %v", err)
+	}
+	defer f.Close()
+	var hosts []host
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		bad := func(why string) error {
+			return fmt.Errorf("--hostfile %s:%d: %q: %s", path, line, strings.TrimSpace(text), why)
+		}
+		if len(fields) != 2 || !strings.HasPrefix(fields[1], "slots=") {
+			return nil, bad("want `HOST slots=N`")
+		}
+		h, err := newHost(fields[0], strings.TrimPrefix(fields[1], "slots="))
+		if err != nil {
+			return nil, bad(err.Error())
+		}
+		hosts = append(hosts, h)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--hostfile %s: %v", path, err)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("--hostfile %s: no hosts in it: want one `HOST slots=N` a line", path)
+	}
+	return hosts, checkDuplicates(hosts, "--hostfile "+path)
+}
+
+func newHost(name, slots string) (host, error) {
+	if name == "" || strings.ContainsAny(name, " \t,") {
+		return host{}, fmt.Errorf("bad host name %q", name)
+	}
+	n, err := strconv.Atoi(slots)
+	if err != nil || n < 1 {
+		return host{}, fmt.Errorf("slots %q: want an integer >= 1", slots)
+	}
+	return host{name: name, slots: n}, nil
+}
+
+// checkDuplicates refuses a host named twice: mpirun would merge the two entries' slots, which is
+// rarely what a typo meant.
+func checkDuplicates(hosts []host, from string) error {
+	seen := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		if seen[h.name] {
+			return fmt.Errorf("%s: host %q is listed twice: give it once with all its slots", from, h.name)
+		}
+		seen[h.name] = true
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+// Command gorovodrun launches a gorovod job, as horovodrun launches a Horovod one over MPI:
+//
+//	gorovodrun -np 4 -H host1:2,host2:2 bin/finetune --do_train=true ...
+//
+// It builds Open MPI's mpirun command line (no process binding, slots filled host by host, TCP and
+// shared-memory transports, ssh options, network interfaces, the HOROVOD_* tuning flags, the
+// environment every rank needs) and then becomes mpirun, so that mpirun's exit status is its own
+// and Ctrl-C reaches the ranks as with plain mpirun. --dry-run prints the command instead.
+// gorovodrun --help lists the flags, and the horovodrun flags it refuses and why.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+// Exit statuses of gorovodrun's own failures; any other is mpirun's.
+const (
+	exitUsage      = 2   // a bad command line
+	exitCannotExec = 126 // mpirun is there but cannot be run
+	exitNoMpirun   = 127 // no Open MPI mpirun on PATH
+)
+
+// run returns only when it does not become mpirun.
+func run(args, env []string, stdout, stderr io.Writer) int {
+	o, err := parseArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "gorovodrun: %v\n", err)
+		return exitUsage
+	}
+	if o.help {
+		printUsage(stdout)
+		return 0
+	}
+	argv, warnings := mpirunCommand(o, env, os.Geteuid() == 0)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "gorovodrun: warning: %s\n", w)
+	}
+	if o.dryRun {
+		fmt.Fprintln(stdout, shellLine(argv))
+		return 0
+	}
+	path, err := findOpenMPI()
+	if err != nil {
+		fmt.Fprintf(stderr, "gorovodrun: %v\n", err)
+		return exitNoMpirun
+	}
+	if o.verbose {
+		fmt.Fprintf(stderr, "gorovodrun: %s\n", shellLine(argv))
+	}
+	err = syscall.Exec(path, argv, env)
+	fmt.Fprintf(stderr, "gorovodrun: running %s: %v\n", path, err)
+	return exitCannotExec
+}
+
+// findOpenMPI finds mpirun on PATH and checks that it is Open MPI's, whose options gorovodrun
+// writes (MPICH's or Intel's mpirun would misread them).
+func findOpenMPI() (string, error) {
+	path, err := exec.LookPath("mpirun")
+	if err != nil {
+		return "", fmt.Errorf("no mpirun on PATH (%s): install Open MPI (Debian: openmpi-bin, as `make setup` does) or put its bin directory on PATH", os.Getenv("PATH"))
+	}
+	out, err := exec.Command(path, "--version").CombinedOutput()
+	version := strings.TrimSpace(string(out))
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %v: %s", path, err, version)
+	}
+	if !strings.Contains(version, "Open MPI") && !strings.Contains(version, "OpenRTE") {
+		first, _, _ := strings.Cut(version, "\n")
+		return "", fmt.Errorf("%s is not Open MPI's mpirun (it says %q): gorovodrun writes Open MPI's options", path, first)
+	}
+	return path, nil
+}
