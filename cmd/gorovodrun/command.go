@@ -65,11 +65,10 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 	add(mcaArg("pml", "ob1"))
 	// The openib transport is deprecated; where verbs devices exist it warns and can hang on fork.
 	add(mcaArg("btl", "^openib"))
-	if o.sigkillTimeout > 0 {
-		// Ctrl-C: mpirun sends every rank SIGTERM, then SIGKILL this many seconds later. finetune's
-		// rank 0 uses the time to finish its step and write a checkpoint.
-		add(mcaArg("odls_base_sigkill_timeout", strconv.Itoa(o.sigkillTimeout)))
-	}
+	// Ctrl-C: Open MPI sends every rank SIGTERM this many seconds later and SIGKILL as many again
+	// after that (its default is 1). finetune's rank 0 uses the time after SIGTERM to finish its
+	// step and write a checkpoint.
+	add(mcaArg("odls_base_sigkill_timeout", strconv.Itoa(o.sigkillTimeout)))
 	if o.oversubscribe {
 		// More ranks than cores: a rank waiting in MPI gives its core up instead of spinning on
 		// it, so the peer it waits for can run.

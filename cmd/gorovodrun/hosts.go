@@ -35,29 +35,29 @@ func totalSlots(hosts []host) int {
 // colon, so an IPv6 address keeps its own. An error names the bad item.
 func parseHosts(spec string) ([]host, error) {
 	if strings.TrimSpace(spec) == "" {
-		return nil, fmt.Errorf("-H: empty host list: want HOST:SLOTS[,HOST:SLOTS...]")
+		return nil, fmt.Errorf("empty host list: want HOST:SLOTS[,HOST:SLOTS...]")
 	}
 	var hosts []host
 	for _, item := range strings.Split(spec, ",") {
 		i := strings.LastIndexByte(item, ':')
 		if i < 0 {
-			return nil, fmt.Errorf("-H: %q in %q: want HOST:SLOTS (horovodrun's form: the slots are not optional)", item, spec)
+			return nil, fmt.Errorf("%q: want HOST:SLOTS (horovodrun's form: the slots are not optional)", item)
 		}
 		h, err := newHost(item[:i], item[i+1:])
 		if err != nil {
-			return nil, fmt.Errorf("-H: %q in %q: %v", item, spec, err)
+			return nil, fmt.Errorf("%q: %v", item, err)
 		}
 		hosts = append(hosts, h)
 	}
-	return hosts, checkDuplicates(hosts, "-H "+spec)
+	return hosts, checkDuplicates(hosts)
 }
 
 // parseHostfile reads horovodrun's (and OpenMPI's) host file: one `HOST slots=N` a line; blank
-// lines and # comments are skipped. An error names the file and line.
+// lines and # comments are skipped. An error names the line.
 func parseHostfile(path string) ([]host, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--hostfile: %v", err)
+		return nil, err
 	}
 	defer f.Close()
 	var hosts []host
@@ -69,7 +69,7 @@ func parseHostfile(path string) ([]host, error) {
 			continue
 		}
 		bad := func(why string) error {
-			return fmt.Errorf("--hostfile %s:%d: %q: %s", path, line, strings.TrimSpace(text), why)
+			return fmt.Errorf("line %d: %q: %s", line, strings.TrimSpace(text), why)
 		}
 		if len(fields) != 2 || !strings.HasPrefix(fields[1], "slots=") {
 			return nil, bad("want `HOST slots=N`")
@@ -81,12 +81,12 @@ func parseHostfile(path string) ([]host, error) {
 		hosts = append(hosts, h)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("--hostfile %s: %v", path, err)
+		return nil, err
 	}
 	if len(hosts) == 0 {
-		return nil, fmt.Errorf("--hostfile %s: no hosts in it: want one `HOST slots=N` a line", path)
+		return nil, fmt.Errorf("no hosts in it: want one `HOST slots=N` a line")
 	}
-	return hosts, checkDuplicates(hosts, "--hostfile "+path)
+	return hosts, checkDuplicates(hosts)
 }
 
 func newHost(name, slots string) (host, error) {
@@ -102,11 +102,11 @@ func newHost(name, slots string) (host, error) {
 
 // checkDuplicates refuses a host named twice: mpirun would merge the two entries' slots, which is
 // rarely what a typo meant.
-func checkDuplicates(hosts []host, from string) error {
+func checkDuplicates(hosts []host) error {
 	seen := make(map[string]bool, len(hosts))
 	for _, h := range hosts {
 		if seen[h.name] {
-			return fmt.Errorf("%s: host %q is listed twice: give it once with all its slots", from, h.name)
+			return fmt.Errorf("host %q is listed twice: give it once with all its slots", h.name)
 		}
 		seen[h.name] = true
 	}

@@ -9,9 +9,10 @@ import (
 	"strings"
 )
 
-// DefaultSigkillTimeout is the seconds between the SIGTERM that mpirun sends every rank on Ctrl-C
-// and its SIGKILL: finetune's contract is that rank 0 finishes the step in flight and writes its
-// checkpoint in that time (mk/run.mk's FINETUNE_MPIRUN uses the same).
+// DefaultSigkillTimeout is Open MPI's odls_base_sigkill_timeout for the job: on Ctrl-C mpirun
+// sends every rank SIGTERM after this many seconds and SIGKILL as many again later. finetune's
+// contract is that rank 0 finishes the step in flight and writes its checkpoint in that time
+// (mk/run.mk's FINETUNE_MPIRUN uses the same).
 const DefaultSigkillTimeout = 10
 
 // options is a parsed gorovodrun command line.
@@ -117,7 +118,7 @@ var flagSpecs = []flagSpec{
 		o.oversubscribe = true
 		return nil
 	}},
-	{[]string{"--sigkill-timeout"}, "SECONDS", fmt.Sprintf("seconds from Ctrl-C's SIGTERM to SIGKILL, for rank 0's checkpoint (default %d; 0: at once)", DefaultSigkillTimeout), func(o *options, v string) error {
+	{[]string{"--sigkill-timeout"}, "SECONDS", fmt.Sprintf("on Ctrl-C the ranks get SIGTERM after SECONDS and SIGKILL as many again later: time for rank 0's checkpoint (default %d); Open MPI takes as long to end a job after a rank fails", DefaultSigkillTimeout), func(o *options, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			return fmt.Errorf("want an integer >= 0")

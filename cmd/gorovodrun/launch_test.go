@@ -1,0 +1,246 @@
+package main
+
+// Tests that run gorovodrun for real: mpirun and its ranks on this machine, and across two
+// machines simulated on it (scripts/fake-nodes). They use $GOROVODRUN_BIN when set (make
+// test-launcher sets it to the built bin/gorovodrun), else this test binary acting as gorovodrun.
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// asMainEnv makes this test binary run gorovodrun's main instead of the tests.
+const asMainEnv = "GOROVODRUN_TEST_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// gorovodrun returns a command running gorovodrun with args, bounded by timeout.
+func gorovodrun(t *testing.T, timeout time.Duration, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	bin := os.Getenv("GOROVODRUN_BIN")
+	env := os.Environ()
+	if bin == "" {
+		bin = os.Args[0]
+		env = append(env, asMainEnv+"=1")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	// mpirun and its daemons go with it when the test times out.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	return cmd
+}
+
+// requireMpirun skips without mpirun, unless GOROVODRUN_TEST_REQUIRE_MPIRUN says it must be there.
+func requireMpirun(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		if os.Getenv("GOROVODRUN_TEST_REQUIRE_MPIRUN") != "" {
+			t.Fatalf("mpirun: %v", err)
+		}
+		t.Skipf("no mpirun on PATH (make setup installs Open MPI): %v", err)
+	}
+}
+
+func sortedLines(out []byte) []string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	sort.Strings(lines)
+	return lines
+}
+
+// Three ranks on this 2-core machine without --oversubscribe (the local host gets -np slots, as
+// with horovodrun), each seeing its rank and the HOROVOD_* settings of the flags and environment.
+func TestLaunchLocal(t *testing.T) {
+	requireMpirun(t)
+	cmd := gorovodrun(t, 60*time.Second, "-np", "3", "--fusion-threshold-mb", "3", "--no-stall-check", "--",
+		"/bin/sh", "-c", `echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE fusion=$HOROVOD_FUSION_THRESHOLD stall=$HOROVOD_STALL_CHECK_DISABLE cycle=$HOROVOD_CYCLE_TIME`)
+	cmd.Env = append(cmd.Env, "HOROVOD_CYCLE_TIME=2.5")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderrOf(err))
+	}
+	var want []string
+	for _, r := range []string{"0", "1", "2"} {
+		want = append(want, "rank="+r+" size=3 fusion=3145728 stall=1 cycle=2.5")
+	}
+	if got := sortedLines(out); !reflect.DeepEqual(got, want) {
+		t.Errorf("ranks printed\n%q\nwant\n%q", got, want)
+	}
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+// gorovodrun's exit status is mpirun's, which is the failed rank's. (Open MPI ends a failed job
+// two sigkill timeouts later, whether or not ranks are left: 1 s keeps the test short.)
+func TestLaunchExitStatus(t *testing.T) {
+	requireMpirun(t)
+	cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--sigkill-timeout", "1", "/bin/sh", "-c", `[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exit 7; exit 0`)
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+		t.Errorf("exit %v, want status 7 (rank 1's)", err)
+	}
+}
+
+// Ctrl-C on gorovodrun is Ctrl-C on mpirun: every rank gets SIGTERM after --sigkill-timeout
+// seconds and SIGKILL as many again later. A rank whose shutdown work fits in that time finishes
+// it (finetune's rank 0 writes its checkpoint so); one whose work does not is killed.
+func TestLaunchCtrlC(t *testing.T) {
+	requireMpirun(t)
+	for _, tc := range []struct {
+		timeout, work string
+		saved         bool
+	}{
+		{timeout: "2", work: "0.5", saved: true},
+		{timeout: "1", work: "3", saved: false},
+	} {
+		rank := `trap 'sleep ` + tc.work + `; echo saved $OMPI_COMM_WORLD_RANK; exit 0' TERM; echo ready; while :; do sleep 0.1; done`
+		cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--sigkill-timeout", tc.timeout, "/bin/sh", "-c", rank)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		for ready := 0; ready < 2; ready++ {
+			if !lines.Scan() || lines.Text() != "ready" {
+				t.Fatalf("want both ranks ready, got %q (%v)", lines.Text(), lines.Err())
+			}
+		}
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		var saved []string
+		for lines.Scan() {
+			saved = append(saved, lines.Text())
+		}
+		err = cmd.Wait()
+		sort.Strings(saved)
+		want := []string(nil)
+		if tc.saved {
+			want = []string{"saved 0", "saved 1"}
+		}
+		if !reflect.DeepEqual(saved, want) {
+			t.Errorf("--sigkill-timeout %s, %s s of work: ranks printed %q, want %q", tc.timeout, tc.work, saved, want)
+		}
+		if err == nil {
+			t.Errorf("--sigkill-timeout %s: an interrupted job exited 0", tc.timeout)
+		}
+	}
+}
+
+// Without Open MPI's mpirun on PATH, gorovodrun says so instead of running anything.
+func TestLaunchWithoutOpenMPI(t *testing.T) {
+	dir := t.TempDir()
+	cmd := gorovodrun(t, 30*time.Second, "-np", "1", "true")
+	cmd.Env = append(cmd.Env, "PATH="+dir)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitNoMpirun || !strings.Contains(string(out), "no mpirun on PATH ("+dir+")") {
+		t.Errorf("no mpirun: %v, %s", err, out)
+	}
+
+	// Another MPI's mpirun would misread Open MPI's options.
+	if err := os.WriteFile(filepath.Join(dir, "mpirun"), []byte("#!/bin/sh\necho 'HYDRA build details:'\necho '    Version: 4.1 (MPICH)'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd = gorovodrun(t, 30*time.Second, "-np", "1", "true")
+	cmd.Env = append(cmd.Env, "PATH="+dir)
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitNoMpirun || !strings.Contains(string(out), "is not Open MPI's mpirun") {
+		t.Errorf("MPICH's mpirun: %v, %s", err, out)
+	}
+}
+
+// A bad command line exits 2 with the reason, before anything runs.
+func TestLaunchBadInput(t *testing.T) {
+	out, err := gorovodrun(t, 30*time.Second, "-np", "5", "-H", "a:2,b:2", "true").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitUsage || !strings.Contains(string(out), "-np 5 exceeds the 4 slots") {
+		t.Errorf("%v, %s", err, out)
+	}
+}
+
+// Two machines simulated on this one (scripts/fake-nodes: a UTS namespace per host, started by
+// an rsh agent as mpirun would start ssh): each rank runs on the host -H or --hostfile gives its
+// slot, and sees the HOROVOD_* variables of the flags and of the environment, which cross to
+// another machine only because gorovodrun forwards them; a variable it does not forward stays
+// behind. -p reaches the agent as it would reach ssh. Needs root; runs when
+// GOROVOD_TEST_FAKE_NODES is set (make test-launcher).
+func TestLaunchTwoMachines(t *testing.T) {
+	if os.Getenv("GOROVOD_TEST_FAKE_NODES") == "" {
+		t.Skip("set GOROVOD_TEST_FAKE_NODES=1 to simulate two machines (needs root; make test-launcher does)")
+	}
+	requireMpirun(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent notes its arguments, drops the ssh port (rsh-agent.sh takes none) and starts the
+	// host's daemon.
+	dir := t.TempDir()
+	log := filepath.Join(dir, "agent.log")
+	agent := filepath.Join(dir, "agent.sh")
+	script := "#!/bin/sh\necho \"$1 $2 $3\" >>" + log + "\n[ \"$1\" = -p ] && shift 2\nexec " +
+		filepath.Join(root, "scripts/fake-nodes/rsh-agent.sh") + " \"$@\"\n"
+	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostfile := writeFile(t, "hosts", "nodea slots=2\nnodeb slots=2\n")
+	rank := `echo rank=$OMPI_COMM_WORLD_RANK host=$(hostname) fusion=$HOROVOD_FUSION_THRESHOLD cycle=$HOROVOD_CYCLE_TIME ifname=$NCCL_SOCKET_IFNAME other=$NOT_FORWARDED`
+	for _, tc := range []struct {
+		hosts []string
+		np    string
+		want  []string // host of each rank
+	}{
+		{[]string{"-H", "nodea:2,nodeb:2"}, "4", []string{"nodea", "nodea", "nodeb", "nodeb"}},
+		{[]string{"--hostfile", hostfile}, "3", []string{"nodea", "nodea", "nodeb"}},
+	} {
+		args := append(slices.Clone(tc.hosts), "-np", tc.np, "-p", "2222", "--network-interface", "lo", "--fusion-threshold-mb", "3",
+			"--mpi-args", "--mca plm_rsh_agent "+agent+" --mca oob_tcp_if_include lo --mca btl tcp,self,vader",
+			"/bin/sh", "-c", rank)
+		if err := os.Remove(log); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		cmd := gorovodrun(t, 60*time.Second, args...)
+		cmd.Env = append(cmd.Env, "HOROVOD_CYCLE_TIME=2.5", "NOT_FORWARDED=here")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, stderrOf(err))
+		}
+		var want []string
+		for r, h := range tc.want {
+			want = append(want, "rank="+string(rune('0'+r))+" host="+h+" fusion=3145728 cycle=2.5 ifname=lo other=")
+		}
+		if got := sortedLines(out); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: ranks printed\n%q\nwant\n%q", tc.hosts, got, want)
+		}
+		agentLog, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := sortedLines(agentLog), []string{"-p 2222 nodea", "-p 2222 nodeb"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: agent started with %q, want %q", tc.hosts, got, want)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestParseHosts(t *testing.T) {
+	o := mustParse(t, "-np", "5", "--hosts=host1:2,10.0.0.2:1,fe80::1:2", "p")
+	want := []host{{"host1", 2}, {"10.0.0.2", 1}, {"fe80::1", 2}}
+	if !reflect.DeepEqual(o.hosts, want) {
+		t.Errorf("hosts %v, want %v", o.hosts, want)
+	}
+
+	hf := writeFile(t, "hosts", "# the cluster\nhost1 slots=4\n\n  host2   slots=2   # the small one\n")
+	o = mustParse(t, "-np", "6", "-hostfile", hf, "p")
+	want = []host{{"host1", 4}, {"host2", 2}}
+	if !reflect.DeepEqual(o.hosts, want) {
+		t.Errorf("hostfile hosts %v, want %v", o.hosts, want)
+	}
+	if argv, _ := mpirunCommand(o, nil, false); argv[4] != "host1:4,host2:2" {
+		t.Errorf("hostfile becomes -H %q", argv[4])
+	}
+}
+
+func TestParseCommandStart(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		command []string
+	}{
+		{[]string{"-np", "2", "prog", "-np", "3", "--", "x"}, []string{"prog", "-np", "3", "--", "x"}},
+		{[]string{"-np", "2", "--", "-weird", "--verbose"}, []string{"-weird", "--verbose"}},
+		{[]string{"-np=2", "--verbose", "./a b"}, []string{"./a b"}},
+	} {
+		o := mustParse(t, tc.args...)
+		if !reflect.DeepEqual(o.command, tc.command) {
+			t.Errorf("%q: command %q, want %q", tc.args, o.command, tc.command)
+		}
+	}
+	if o := mustParse(t, "-np", "2", "--verbose", "p"); !o.verbose || o.np != 2 {
+		t.Errorf("flags before the command: %+v", o)
+	}
+}
+
+// Every bad input is refused with an error that names what is wrong.
+func TestBadInput(t *testing.T) {
+	badFile := writeFile(t, "bad", "host1 slots=2\nhost2 max_slots=4\n")
+	zeroFile := writeFile(t, "zero", "host1 slots=0\n")
+	emptyFile := writeFile(t, "empty", "# nobody\n\n")
+	dupFile := writeFile(t, "dup", "a slots=1\nb slots=1\na slots=2\n")
+	for _, tc := range []struct {
+		args []string
+		want []string // substrings of the error
+	}{
+		{[]string{"p"}, []string{"-np N is required"}},
+		{[]string{"-np", "2"}, []string{"no command"}},
+		{[]string{"-np", "2", "--"}, []string{"no command"}},
+		{[]string{"-np", "0", "p"}, []string{`-np "0"`, ">= 1"}},
+		{[]string{"-np", "two", "p"}, []string{`-np "two"`}},
+		{[]string{"-np"}, []string{"-np needs a value"}},
+		{[]string{"-np", "2", "-H", "a:2,b", "p"}, []string{`-H "a:2,b": "b": want HOST:SLOTS`}},
+		{[]string{"-np", "2", "-H", "a:2,b:0", "p"}, []string{`"b:0"`, "slots"}},
+		{[]string{"-np", "2", "-H", "a:x", "p"}, []string{`"a:x"`, `slots "x"`}},
+		{[]string{"-np", "2", "-H", ":2", "p"}, []string{`":2"`, "host name"}},
+		{[]string{"-np", "2", "-H", "a:1,,b:1", "p"}, []string{`-H "a:1,,b:1": "": want`}},
+		{[]string{"-np", "2", "-H", "", "p"}, []string{"empty host list"}},
+		{[]string{"-np", "2", "-H", "a:1,a:1", "p"}, []string{`"a" is listed twice`}},
+		{[]string{"-np", "5", "-H", "a:2,b:2", "p"}, []string{"-np 5 exceeds the 4 slots of -H a:2,b:2"}},
+		{[]string{"-np", "2", "-H", "a:2", "--hostfile", badFile, "p"}, []string{"once, with -H or --hostfile"}},
+		{[]string{"-np", "2", "--hostfile", badFile, "p"}, []string{`--hostfile "` + badFile + `": line 2: "host2 max_slots=4"`, "HOST slots=N"}},
+		{[]string{"-np", "2", "--hostfile", zeroFile, "p"}, []string{zeroFile, `line 1: "host1 slots=0": slots "0"`}},
+		{[]string{"-np", "2", "--hostfile", emptyFile, "p"}, []string{emptyFile, "no hosts"}},
+		{[]string{"-np", "2", "--hostfile", dupFile, "p"}, []string{`"a" is listed twice`}},
+		{[]string{"-np", "2", "--hostfile", "/nonexistent/hosts", "p"}, []string{"/nonexistent/hosts"}},
+		{[]string{"-np", "3", "--hostfile", writeFile(t, "two", "a slots=2\n"), "p"}, []string{"-np 3 exceeds the 2 slots of --hostfile"}},
+		{[]string{"-np", "2", "--frobnicate", "p"}, []string{"unknown flag --frobnicate"}},
+		{[]string{"-np", "2", "--verbose=yes", "p"}, []string{"--verbose takes no value"}},
+		{[]string{"-np", "2", "-p", "0", "p"}, []string{`-p "0"`, "port"}},
+		{[]string{"-np", "2", "--ssh-port", "70000", "p"}, []string{`--ssh-port "70000"`}},
+		{[]string{"-np", "2", "--network-interface", "eth0,,eth1", "p"}, []string{`bad interface name ""`}},
+		{[]string{"-np", "2", "--sigkill-timeout", "-1", "p"}, []string{"--sigkill-timeout"}},
+		{[]string{"-np", "2", "--fusion-threshold-mb", "-1", "p"}, []string{`--fusion-threshold-mb "-1"`}},
+		{[]string{"-np", "2", "--fusion-threshold-mb", "1.5", "p"}, []string{`--fusion-threshold-mb "1.5"`}},
+		{[]string{"-np", "2", "--cycle-time-ms", "NaN", "p"}, []string{`--cycle-time-ms "NaN"`}},
+		{[]string{"-np", "2", "--cycle-time-ms", "-0.5", "p"}, []string{`--cycle-time-ms "-0.5"`}},
+		{[]string{"-np", "2", "--cache-capacity", "lots", "p"}, []string{`--cache-capacity "lots"`}},
+		{[]string{"-np", "2", "--stall-check-warning-time-seconds", "1.5", "p"}, []string{"--stall-check-warning-time-seconds"}},
+		{[]string{"-np", "2", "--stall-check-shutdown-time-seconds", "x", "p"}, []string{"--stall-check-shutdown-time-seconds"}},
+		{[]string{"-np", "2", "--timeline-filename=", "p"}, []string{"--timeline-filename", "empty"}},
+		{[]string{"-np", "2", "--mpi-args", "--mca btl 'tcp", "p"}, []string{"unterminated '"}},
+		{[]string{"-np", "2", "--mpi-args", "-np 3", "p"}, []string{"--mpi-args: -np", "gorovodrun's own"}},
+		{[]string{"-np", "2", "--mpi-args", "--hostfile h", "p"}, []string{"--mpi-args: --hostfile"}},
+		{[]string{"-np", "2", "--binding-args", "", "p"}, []string{"--binding-args", "empty"}},
+	} {
+		_, err := parseArgs(tc.args)
+		if err == nil {
+			t.Errorf("%q: no error", tc.args)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: error %q does not say %q", tc.args, err, w)
+			}
+		}
+	}
+}
+
+// Each horovodrun flag gorovodrun does not honour is refused, naming the flag and why, whether
+// given alone or with a value.
+func TestRefusedFlags(t *testing.T) {
+	for _, r := range refusedFlags {
+		for _, name := range r.names {
+			if findFlag(name) != nil {
+				t.Errorf("%s is both accepted and refused", name)
+			}
+			for _, arg := range []string{name, name + "=1"} {
+				_, err := parseArgs([]string{"-np", "2", arg, "p"})
+				if err == nil || !strings.Contains(err.Error(), name+" is horovodrun's") || !strings.Contains(err.Error(), r.why) {
+					t.Errorf("%s: error %v, want it refused with %q", arg, err, r.why)
+				}
+			}
+		}
+	}
+}
+
+// --help lists each accepted flag, and each refused one with its reason.
+func TestHelp(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run([]string{"--help"}, nil, &out, &errOut); code != 0 {
+		t.Fatalf("--help: exit %d, %s", code, errOut.String())
+	}
+	for _, f := range flagSpecs {
+		for _, n := range f.names {
+			if !strings.Contains(out.String(), n) {
+				t.Errorf("--help does not list %s", n)
+			}
+		}
+	}
+	for _, r := range refusedFlags {
+		if !strings.Contains(out.String(), r.why) {
+			t.Errorf("--help does not say %q", r.why)
+		}
+	}
+}
