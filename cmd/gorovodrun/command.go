@@ -70,9 +70,10 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 	// step and write a checkpoint.
 	add(mcaArg("odls_base_sigkill_timeout", strconv.Itoa(o.sigkillTimeout)))
 	if o.oversubscribe {
-		// More ranks than cores: a rank waiting in MPI gives its core up instead of spinning on
-		// it, so the peer it waits for can run.
-		add(mpirunArg{"oversubscribe", []string{"--oversubscribe"}}, mcaArg("mpi_yield_when_idle", "1"))
+		// More ranks than slots (or cores): right for one small machine, as the Makefile's
+		// MPIRUN. Open MPI then makes a rank waiting in MPI yield its core by itself, and
+		// gorovod's ranks wait sleeping in any case (GOROVOD_MPI_WAIT).
+		add(mpirunArg{"oversubscribe", []string{"--oversubscribe"}})
 	}
 	var ssh []string
 	if o.sshPort != 0 {

@@ -52,7 +52,7 @@ func TestCommandAllFlags(t *testing.T) {
 	want := []string{"mpirun", "-np", "4", "-H", "host1:2,host2:2",
 		"--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
 		"--mca", "odls_base_sigkill_timeout", "30",
-		"--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
+		"--oversubscribe",
 		"--mca", "plm_rsh_args", "-p 2222 -i '/k/id rsa'",
 		"--mca", "btl_tcp_if_include", "eth0,eth1,ib0", "-x", "NCCL_SOCKET_IFNAME=eth0,eth1,ib0",
 		"--output-filename", "logs", "--timestamp-output",

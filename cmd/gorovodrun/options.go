@@ -114,7 +114,7 @@ var flagSpecs = []flagSpec{
 		}
 		return nil
 	}},
-	{[]string{"--oversubscribe"}, "", "let ranks outnumber cores (one small machine); idle ranks then yield their core", func(o *options, _ string) error {
+	{[]string{"--oversubscribe"}, "", "let ranks outnumber slots and cores (one small machine)", func(o *options, _ string) error {
 		o.oversubscribe = true
 		return nil
 	}},
