@@ -244,3 +244,25 @@ func TestLaunchTwoMachines(t *testing.T) {
 		}
 	}
 }
+
+// --verbose prints, before running it, the command --dry-run prints instead of running it.
+func TestLaunchVerbose(t *testing.T) {
+	requireMpirun(t)
+	dry, err := gorovodrun(t, 30*time.Second, "--dry-run", "-np", "1", "--cache-capacity", "7", "/bin/echo", "a b").Output()
+	if err != nil {
+		t.Fatalf("--dry-run: %v\n%s", err, stderrOf(err))
+	}
+	cmd := gorovodrun(t, 30*time.Second, "--verbose", "-np", "1", "--cache-capacity", "7", "/bin/echo", "a b")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("--verbose: %v\n%s", err, stderr.String())
+	}
+	if want := "gorovodrun: " + string(dry); stderr.String() != want {
+		t.Errorf("--verbose printed %q, want %q", stderr.String(), want)
+	}
+	if string(out) != "a b\n" {
+		t.Errorf("the rank printed %q", out)
+	}
+}

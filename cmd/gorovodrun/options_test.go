@@ -154,3 +154,23 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// --dry-run prints the command and the warnings, and runs nothing.
+func TestDryRun(t *testing.T) {
+	env := []string{"PATH=/bin", "HOROVOD_AUTOTUNE=1"}
+	var out, errOut strings.Builder
+	if code := run([]string{"--dry-run", "-np", "2", "-H", "a:1,b:1", "prog", "x y"}, env, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	argv, _ := mpirunCommand(mustParse(t, "-np", "2", "-H", "a:1,b:1", "prog", "x y"), env, os.Geteuid() == 0)
+	if out.String() != shellLine(argv)+"\n" {
+		t.Errorf("printed %q, want %q", out.String(), shellLine(argv))
+	}
+	if !strings.Contains(errOut.String(), "warning: HOROVOD_AUTOTUNE is forwarded, but gorovod's horovod package does not read it") {
+		t.Errorf("stderr %q", errOut.String())
+	}
+	out.Reset()
+	if code := run([]string{"-np", "2", "--autotune", "prog"}, env, &out, &errOut); code != exitUsage || out.Len() != 0 {
+		t.Errorf("a refused flag: exit %d, printed %q", code, out.String())
+	}
+}
