@@ -4,11 +4,17 @@
 #   make test-launcher   bin/gorovodrun for real: local ranks, exit status, Ctrl-C with its
 #                        sigkill timeout, no or foreign mpirun, and ranks on two machines simulated
 #                        on this one (scripts/fake-nodes; needs root) seeing their hostnames and
-#                        the forwarded HOROVOD_* settings
+#                        the forwarded HOROVOD_* settings; then horovod's conformance suite under
+#                        bin/gorovodrun, -np 3 here and 2+2 on the simulated machines, where its
+#                        topology test reads the layout from GOROVOD_FAKE_NODES, which reaches the
+#                        ranks only because gorovodrun forwards GOROVOD_* variables
 #
 # go-test runs the same tests but the simulated machines, with the test binary as gorovodrun.
 
 GOROVODRUN_BIN := $(ROOT)/bin/gorovodrun
+LAUNCHER_BUILD := $(CACHE)/launcher
+LAUNCHER_FAKE_NODES := --network-interface lo \
+	--mpi-args "--mca plm_rsh_agent $(ROOT)/scripts/fake-nodes/rsh-agent.sh --mca oob_tcp_if_include lo --mca btl tcp,self,vader"
 
 .PHONY: gorovodrun-bin test-launcher
 TEST_TARGETS += test-launcher
@@ -23,3 +29,9 @@ finetune-bin: gorovodrun-bin
 test-launcher: debs gorovodrun-bin
 	cd $(ROOT)/cmd/gorovodrun && GOROVODRUN_BIN=$(GOROVODRUN_BIN) GOROVODRUN_TEST_REQUIRE_MPIRUN=1 GOROVOD_TEST_FAKE_NODES=1 \
 		timeout -k 10 120 $(GO) test -count=1 -timeout 90s -run '^TestLaunch' .
+	@mkdir -p $(LAUNCHER_BUILD)
+	cd $(ROOT) && $(GO) test -c -o $(LAUNCHER_BUILD)/conformance.test ./horovod/conformance
+	timeout -k 10 120 $(GOROVODRUN_BIN) -np 3 --stall-check-shutdown-time-seconds 60 --fusion-threshold-mb 1 \
+		$(LAUNCHER_BUILD)/conformance.test -test.count=1
+	GOROVOD_FAKE_NODES=nodea:2,nodeb:2 timeout -k 10 120 $(GOROVODRUN_BIN) -np 4 -H nodea:2,nodeb:2 $(LAUNCHER_FAKE_NODES) \
+		--stall-check-shutdown-time-seconds 60 $(LAUNCHER_BUILD)/conformance.test -test.count=1
