@@ -5,7 +5,10 @@ MultiWorkerMirroredStrategy, measured side by side in one run (make bench-finetu
 2. finetune on 2 ranks x 1 thread each, batch B per rank, on the same N lines;
 3. scripts/bench_mwms.py: 2 MultiWorkerMirroredStrategy workers x 1 thread, batch B per worker,
    reading the very train.tf_record shards that run 2 wrote for its ranks;
-4. as 2, with --use_fp16 (gradients on the wire as float16), for the record.
+4. as 2, with --use_fp16 (gradients on the wire as float16), for the record;
+5. with --compare_waits, as 2 with GOROVOD_MPI_WAIT=spin (a rank early in a negotiation round
+   polls in MPI, as before horovod/mpi's sleeping wait), and that again with mpirun's
+   --mca mpi_yield_when_idle 1 (the poll yields the core between tests).
 
 Each rate is examples/s over all ranks after the first step (finetune's summary line; the MWMS
 script skips its warmup step the same way). The three runs are repeated --repeats times,
@@ -27,15 +30,15 @@ import sys
 STEADY = re.compile(r"trained steps \d+\.\.\d+ in \S+: [\d.]+ examples/sec over all ranks \(([\d.]+) after the first step\)")
 
 
-def finetune(a, ranks, out, *extra):
+def finetune(a, ranks, out, *extra, wait="sleep", mpirun_args=()):
     shutil.rmtree(out, ignore_errors=True)
     steps = a.steps + 1
-    cmd = shlex.split(a.mpirun) + ["-np", str(ranks), a.finetune,
+    cmd = shlex.split(a.mpirun) + list(mpirun_args) + ["-np", str(ranks), a.finetune,
         "--do_train", f"--saved_model={a.saved_model}", f"--data_dir={a.data_dir}", f"--output_dir={out}",
         f"--train_batch_size={a.batch_size}", f"--max_train_examples={steps * a.batch_size * 2}",
         f"--num_train_epochs={1 / (2 / ranks)}", "--threads=1", "--inter_op_threads=1",
         "--save_checkpoints_steps=0", "--export_dir=none", f"--log_step_count_steps={steps}", *extra]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", GOROVOD_MPI_WAIT=wait)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     m = STEADY.search(p.stderr + p.stdout)
     if p.returncode != 0 or not m:
@@ -65,14 +68,22 @@ def main():
     p.add_argument("--batch_size", type=int, default=16, help="per rank (the default task's)")
     p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--compare_waits", action="store_true",
+                   help="also 2 ranks with GOROVOD_MPI_WAIT=spin, without and with mpi_yield_when_idle")
     a = p.parse_args()
     work = pathlib.Path(a.work)
     rates = {"one": [], "two": [], "mwms": [], "two_fp16": []}
+    if a.compare_waits:
+        rates |= {"two_spin": [], "two_spin_yield": []}
     for _ in range(a.repeats):
         rates["one"].append(finetune(a, 1, work / "one"))
         rates["two"].append(finetune(a, 2, work / "two"))
         rates["mwms"].append(mwms(a, work))
         rates["two_fp16"].append(finetune(a, 2, work / "two-fp16", "--use_fp16"))
+        if a.compare_waits:
+            rates["two_spin"].append(finetune(a, 2, work / "two-spin", wait="spin"))
+            rates["two_spin_yield"].append(finetune(a, 2, work / "two-spin-yield", wait="spin",
+                                                    mpirun_args=("--mca", "mpi_yield_when_idle", "1")))
     print(f"rates of the {a.repeats} interleaved runs: " + json.dumps({k: [round(r, 2) for r in v] for k, v in rates.items()}))
     one, two, tf_rate, fp16 = (max(rates[k]) for k in ("one", "two", "mwms", "two_fp16"))
     print(f"finetune MiniLM seq {json.load(open(pathlib.Path(a.saved_model) / 'assets.extra/gorovod_contract.json'))['max_seq_length']}, "
@@ -82,6 +93,10 @@ def main():
     print(f"  gorovod 2 ranks: {two:8.2f} examples/s   scaling efficiency {two / (2 * one):.2f} (target >= 0.9)")
     print(f"  gorovod 2 ranks, --use_fp16: {fp16:6.2f} examples/s   scaling efficiency {fp16 / (2 * one):.2f}")
     print(f"  TF MWMS 2 workers: {tf_rate:6.2f} examples/s   gorovod / MWMS = {two / tf_rate:.2f}x (target >= 1.0)")
+    if a.compare_waits:
+        for k, what in (("two_spin", "GOROVOD_MPI_WAIT=spin"), ("two_spin_yield", "GOROVOD_MPI_WAIT=spin, mpi_yield_when_idle")):
+            r = max(rates[k])
+            print(f"  gorovod 2 ranks, {what}: {r:6.2f} examples/s   sleeping wait / this = {two / r:.2f}x")
 
 
 if __name__ == "__main__":
