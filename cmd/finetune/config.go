@@ -70,8 +70,8 @@ type Config struct {
 // defaultTask is what runs without flags (`go run ./cmd/finetune`, `make run`): MiniLM converted
 // by `make model`, fine-tuned on the IMDB subset of `make data`, evaluated and used to predict.
 // Paths are relative to the repository root. The subset sizes keep `make run` (two ranks on a
-// two-core machine) well within ten minutes at a dev accuracy above 0.8; README's Fine-tuning
-// section has the measured time and accuracy.
+// two-core machine) well within ten minutes at a dev accuracy above 0.8; README's "What `make
+// run` gives you" has the measured time and accuracy.
 func defaultTask() Config {
 	c := runClassifierDefaults()
 	c.DoTrain, c.DoEval, c.DoPredict = true, true, true

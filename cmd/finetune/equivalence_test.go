@@ -86,7 +86,7 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 	}
 	// fp16 rounds each gradient to 11 significant bits (relative error 2^-11); Adam's update
 	// m/sqrt(v) is scale-free, so a weight moves by at most the learning rate per step whatever
-	// the rounding. Bounds (README, "Equivalence"): loss within 1e-3, weights within
+	// the rounding. Bounds (README, Tests, `finetune`): loss within 1e-3, weights within
 	// steps x peak learning rate x 0.1.
 	if fp16.MaxLossDiff > fp16LossBound || fp16.MaxWeightDiff > steps*2e-3*fp16WeightFraction {
 		t.Errorf("fp16: loss differs by %g (bound %g), weights by %g (bound %g)",
