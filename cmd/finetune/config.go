@@ -195,7 +195,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.Threads, "threads", c.Threads, "TensorFlow intra-op threads per rank (0: cores / ranks on this machine).")
 	fs.IntVar(&c.InterOpThreads, "inter_op_threads", c.InterOpThreads, "TensorFlow inter-op threads per rank (0: TensorFlow's choice).")
 	fs.Var(labelsFlag{&c.Labels}, "labels", "Comma-separated label `names` in class order (default: --task_name's labels, else the names --saved_model was exported with).")
-	fs.BoolVar(&c.SkipBadLines, "skip_bad_lines", c.SkipBadLines, "Skip and count malformed data lines instead of failing on the first.")
+	fs.BoolVar(&c.SkipBadLines, "skip_bad_lines", c.SkipBadLines, "Skip and count malformed train and dev lines instead of failing on the first; a malformed test line is always an error (skipping it would misalign test_results.tsv with test.tsv).")
 	fs.IntVar(&c.ShuffleBuffer, "shuffle_buffer", c.ShuffleBuffer, "Shuffle buffer of the training examples, per rank, as run_classifier's 100 (0 or 1: file order).")
 	fs.Float64Var(&c.ClipNorm, "clip_norm", c.ClipNorm, "Clip the averaged gradients to this global norm.")
 	fs.IntVar(&c.MaxTrainExamples, "max_train_examples", c.MaxTrainExamples, "Use only the first N lines of train.tsv (0: all).")

@@ -158,7 +158,9 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 // evalStream reads a whole dev (labelled) or test (not labelled) file of the task, rank 0 only,
 // into padded batches: no example is dropped and fake examples fill the last batch
 // (is_real_example = 0). Test labels are never read, as run_classifier's dummy ones; a seed
-// test file may have them or not (seedTestLabelled).
+// test file may have them or not (seedTestLabelled). --skip_bad_lines applies to dev only: a
+// skipped test line would shift every later row of test_results.tsv off its line of the test
+// file (a GLUE submission is matched by row), so a bad test line is always an error naming it.
 func evalStream(c *Config, path string, conv *features.Converter, batchSize, limit int, labelled bool) (*features.Stream, *features.Reader, error) {
 	t := c.task()
 	opts := t.test.read
@@ -172,7 +174,7 @@ func evalStream(c *Config, path string, conv *features.Converter, batchSize, lim
 		}
 		opts.Unlabelled = !withLabels
 	}
-	opts.SkipBad = c.SkipBadLines
+	opts.SkipBad = labelled && c.SkipBadLines
 	r, err := features.Open(path, opts)
 	if err != nil {
 		return nil, nil, err

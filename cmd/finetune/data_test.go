@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -95,4 +97,57 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 		t.Errorf("the interrupted conversion left %v", tmp)
 	}
 	check(false, 6) // all 12 lines now: rank 1 keeps 6
+}
+
+// --skip_bad_lines skips and counts a bad dev line, but a bad test line stays an error naming
+// file:line: skipping it would shift every later row of test_results.tsv off its line of
+// test.tsv, which is how a GLUE submission is matched.
+func TestSkipBadLinesNeverSkipsTestLines(t *testing.T) {
+	dir := t.TempDir()
+	vocab := filepath.Join(dir, "vocab.txt")
+	writeVocab(t, vocab, 20)
+	tok, err := tokenizer.Load(vocab, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, _ := features.NewLabels([]string{"0", "1"})
+	conv, err := features.NewConverter(tok, 8, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []byte("1\tw5 w6\n\n0\tw7\n") // line 2 is blank
+	dev, test := filepath.Join(dir, "dev.tsv"), filepath.Join(dir, "test.tsv")
+	os.WriteFile(dev, bad, 0o644)
+	os.WriteFile(test, bad, 0o644)
+	c := &Config{SkipBadLines: true}
+
+	readAll := func(path string, labelled bool) (int, features.Counts, error) {
+		t.Helper()
+		stream, r, err := evalStream(c, path, conv, 4, 0, labelled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		defer stream.Close()
+		n := 0
+		for {
+			b, err := stream.Next()
+			if errors.Is(err, io.EOF) {
+				return n, r.Counts(), nil
+			}
+			if err != nil {
+				return n, r.Counts(), err
+			}
+			n += b.NumReal()
+		}
+	}
+	n, counts, err := readAll(dev, true)
+	if err != nil || n != 2 || counts.Skipped != 1 {
+		t.Errorf("dev with --skip_bad_lines: %d examples, %d skipped, err %v; want 2, 1, nil", n, counts.Skipped, err)
+	}
+	_, counts, err = readAll(test, false)
+	var le *features.LineError
+	if !errors.As(err, &le) || le.Path != test || le.Line != 2 || !strings.Contains(err.Error(), test+":2:") {
+		t.Errorf("test with --skip_bad_lines: err %v (%d skipped), want a LineError at %s:2", err, counts.Skipped, test)
+	}
 }

@@ -88,7 +88,8 @@ func (j *job) predict() error {
 	if err := out.Close(); err != nil {
 		return err
 	}
-	j.console.infof("***** Predict results ***** %d examples of %s -> %s", out.rows, j.in.test, path)
+	// Unlike dev lines, test lines are never skipped (evalStream): every row is its line's.
+	j.console.infof("***** Predict results ***** (%d examples of %s, one row per line) -> %s", out.rows, j.in.test, path)
 	return nil
 }
 
