@@ -96,7 +96,10 @@ func manifestOf(prefix string) (checkpointManifest, error) {
 	if man.Batches, err = readInputPosition(prefix, man.Step); err != nil {
 		return man, err
 	}
-	files, _ := filepath.Glob(prefix + ".data-*-of-*")
+	files, err := checkpoint.DataShards(prefix)
+	if err != nil {
+		return man, fmt.Errorf("resume: %w", err)
+	}
 	files = append(files, prefix+".index")
 	for _, f := range files {
 		st, err := os.Stat(f)

@@ -79,10 +79,22 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 	if keepEveryNHours > 0 && keepEveryNHours < 1e9 {
 		m.keepEvery = time.Duration(keepEveryNHours * float64(time.Hour))
 	}
-	stale, _ := filepath.Glob(filepath.Join(dir, "."+Basename+"-*.tmp*"))
-	staleState, _ := filepath.Glob(filepath.Join(dir, "."+StateFile+".tmp*"))
-	stale = append(stale, staleState...)
-	stale = append(stale, partialCheckpoints(dir)...)
+	staleNames, err := listDir(dir, func(name string) bool {
+		return strings.HasPrefix(name, "."+Basename+"-") && strings.Contains(name, ".tmp") ||
+			strings.HasPrefix(name, "."+StateFile+".tmp")
+	})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var stale []string
+	for _, name := range staleNames {
+		stale = append(stale, filepath.Join(dir, name))
+	}
+	partial, err := partialCheckpoints(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	stale = append(stale, partial...)
 	for _, s := range stale {
 		if err := os.RemoveAll(s); err != nil {
 			return nil, fmt.Errorf("checkpoint: removing an interrupted save: %w", err)
@@ -190,11 +202,14 @@ func checkFiles(prefix string) error {
 	if _, err := os.Stat(prefix + ".index"); err != nil {
 		return err
 	}
-	shards, _ := filepath.Glob(prefix + ".data-?????-of-?????")
+	shards, err := DataShards(prefix)
+	if err != nil {
+		return err
+	}
 	if len(shards) == 0 {
 		return fmt.Errorf("%s.data-00000-of-* is missing", prefix)
 	}
-	n, _ := strconv.Atoi(shards[0][len(shards[0])-5:]) // the glob matched five digits
+	n, _ := strconv.Atoi(shards[0][len(shards[0])-5:]) // DataShards matched five digits
 	for i := range n {
 		shard := fmt.Sprintf("%s.data-%05d-of-%05d", prefix, i, n)
 		if _, err := os.Stat(shard); err != nil {
@@ -285,9 +300,9 @@ func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 // shards first, the index last, each synced, then the directory. When a rename fails, the files
 // already moved are removed again, so that no partial checkpoint stays behind.
 func (m *Manager) moveCheckpoint(tmpDir, rel string) (err error) {
-	files, err := filepath.Glob(filepath.Join(tmpDir, rel+".*"))
+	files, err := Files(filepath.Join(tmpDir, rel))
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return err
 	}
 	var index string
 	var data []string
@@ -328,19 +343,19 @@ func (m *Manager) moveCheckpoint(tmpDir, rel string) (err error) {
 // partialCheckpoints lists the files of the checkpoints of dir that have no index: the index is
 // moved into place last, so these are what a save killed while moving its files left behind.
 // TensorFlow cannot open them and no state file names them as complete.
-func partialCheckpoints(dir string) []string {
-	files, _ := filepath.Glob(filepath.Join(dir, Basename+"-*.*"))
+func partialCheckpoints(dir string) ([]string, error) {
+	names, err := listDir(dir, checkpointFile.MatchString)
+	if err != nil {
+		return nil, err
+	}
 	var partial []string
-	for _, f := range files {
-		m := checkpointFile.FindStringSubmatch(filepath.Base(f))
-		if m == nil {
-			continue
-		}
+	for _, name := range names {
+		m := checkpointFile.FindStringSubmatch(name)
 		if _, err := os.Stat(filepath.Join(dir, m[1]+".index")); errors.Is(err, os.ErrNotExist) {
-			partial = append(partial, f)
+			partial = append(partial, filepath.Join(dir, name))
 		}
 	}
-	return partial
+	return partial, nil
 }
 
 // checkpointFile matches the name of a checkpoint's file; group 1 is its prefix.
@@ -369,7 +384,10 @@ func (m *Manager) retain() (dropped []string) {
 // deleteCheckpoint removes the files of prefix that the save wrote beside its index (the data
 // shards and whatever else the SaveFunc put there), then its index.
 func (m *Manager) deleteCheckpoint(prefix string) error {
-	files, _ := filepath.Glob(prefix + ".*")
+	files, err := Files(prefix)
+	if err != nil {
+		return err
+	}
 	files = slices.DeleteFunc(files, func(f string) bool { return f == prefix+".index" })
 	for _, f := range append(files, prefix+".index") {
 		if err := m.remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -377,6 +395,50 @@ func (m *Manager) deleteCheckpoint(prefix string) error {
 		}
 	}
 	return nil
+}
+
+// Files lists the files of the checkpoint prefix: those of its directory named
+// <base name of prefix>.<suffix> (the index, the data shards, the files a SaveFunc added).
+// The directory is read and the names compared as strings: prefix is a user's path, and a
+// glob pattern made of it would read any [, * or ? in it as a wildcard.
+// The paths returned are prefix followed by the suffix, as spelt by the caller.
+func Files(prefix string) ([]string, error) {
+	base := filepath.Base(prefix)
+	names, err := listDir(filepath.Dir(prefix), func(name string) bool { return strings.HasPrefix(name, base+".") })
+	if err != nil {
+		return nil, err
+	}
+	for i, name := range names {
+		names[i] = prefix + name[len(base):]
+	}
+	return names, nil
+}
+
+// dataShard matches the suffix of a checkpoint's data shard; group 1 is the shard count.
+var dataShard = regexp.MustCompile(`^\.data-\d{5}-of-(\d{5})$`)
+
+// DataShards lists the data shards prefix.data-<i>-of-<n> of the checkpoint prefix, sorted.
+func DataShards(prefix string) ([]string, error) {
+	files, err := Files(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(files, func(f string) bool { return !dataShard.MatchString(f[len(prefix):]) }), nil
+}
+
+// listDir returns the names of the entries of dir that match, sorted.
+func listDir(dir string, match func(name string) bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if match(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
 }
 
 func (m *Manager) resolve(rel string) string { return resolve(m.dir, rel) }

@@ -30,12 +30,87 @@ func (c *clock) now() time.Time { return c.t }
 
 func listCheckpoints(t *testing.T, dir string) []string {
 	t.Helper()
-	idx, _ := filepath.Glob(filepath.Join(dir, "*.index"))
+	entries, err := os.ReadDir(dir) // not a glob: tests use directory names with [, * and ?
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	for _, f := range idx {
-		out = append(out, strings.TrimSuffix(filepath.Base(f), ".index"))
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".index"); ok {
+			out = append(out, name)
+		}
 	}
 	return out
+}
+
+// TestDirectoryNameWithGlobCharacters runs every file listing of the manager in a directory
+// whose name a glob pattern would read as wildcards: the final save of a run in --output_dir
+// 'o[1]' once found none of the files its saver had just written.
+func TestDirectoryNameWithGlobCharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "o[1]*?")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// What interrupted saves leave behind, for Open to remove.
+	debris := []string{".model.ckpt-5.tmp123", ".checkpoint.tmp456", "model.ckpt-7.data-00000-of-00001"}
+	for _, name := range debris {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := Open(dir, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range debris {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Open left %s (stat: %v)", name, err)
+		}
+	}
+	withSidecar := func(prefix string) error {
+		if err := fakeSave("s")(prefix); err != nil {
+			return err
+		}
+		return os.WriteFile(prefix+".input_position.json", []byte("{}"), 0o644)
+	}
+	for _, step := range []int64{1, 2, 3} {
+		if _, err := m.Save(step, withSidecar); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := listCheckpoints(t, dir), []string{"model.ckpt-2", "model.ckpt-3"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("on disk %v, want %v", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model.ckpt-1.input_position.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("retention left the dropped checkpoint's sidecar (stat: %v)", err)
+	}
+	prefix := filepath.Join(dir, "model.ckpt-3")
+	files, err := Files(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{prefix + ".data-00000-of-00001", prefix + ".index", prefix + ".input_position.json"}; !reflect.DeepEqual(files, want) {
+		t.Errorf("Files = %v, want %v", files, want)
+	}
+	if shards, err := DataShards(prefix); err != nil || !reflect.DeepEqual(shards, files[:1]) {
+		t.Errorf("DataShards = %v, %v; want %v", shards, err, files[:1])
+	}
+	// The newest checkpoint loses its data shard: Latest falls back to the other one, which it
+	// can only find complete by listing the directory.
+	if err := os.Remove(prefix + ".data-00000-of-00001"); err != nil {
+		t.Fatal(err)
+	}
+	m.Warnf = func(string, ...any) {}
+	got, step, ok, err := m.Latest()
+	if err != nil || !ok || step != 2 || got != filepath.Join(dir, "model.ckpt-2") {
+		t.Fatalf("Latest = %q, %d, %v, %v; want model.ckpt-2 in %s", got, step, ok, err, dir)
+	}
+}
+
+func TestListingErrorsAreReported(t *testing.T) {
+	if _, err := Files(filepath.Join(t.TempDir(), "missing", "model.ckpt-1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Files of a missing directory: %v, want ErrNotExist", err)
+	}
 }
 
 func TestKeepMaxDeletesOldestAndResumesFromLatest(t *testing.T) {
