@@ -165,26 +165,20 @@ func forwarded(name string) bool {
 	return false
 }
 
-// mpirunKeys reads which of gorovodrun's settings the words of --mpi-args give themselves.
-// Open MPI takes its options with one dash or two.
+// mpirunKeys reads which of gorovodrun's settings the words of --mpi-args give themselves
+// (validated by parseArgs).
 func mpirunKeys(words []string) map[string]bool {
 	keys := map[string]bool{}
-	for i, w := range words {
-		if !strings.HasPrefix(w, "-") {
-			continue
-		}
-		next := ""
-		if i+1 < len(words) {
-			next = words[i+1]
-		}
-		switch opt := strings.TrimLeft(w, "-"); opt {
+	opts, _ := parseMpirunArgs("--mpi-args", words)
+	for _, opt := range opts {
+		switch opt.name {
 		case "mca", "gmca":
-			keys["mca:"+next] = true
+			keys["mca:"+opt.values[0]] = true
 		case "x":
-			name, _, _ := strings.Cut(next, "=")
+			name, _, _ := strings.Cut(opt.values[0], "=")
 			keys["x:"+name] = true
 		case "bind-to", "map-by", "oversubscribe", "output-filename", "timestamp-output":
-			keys[opt] = true
+			keys[opt.name] = true
 		}
 	}
 	return keys

@@ -96,6 +96,12 @@ func TestCommandMpiArgsReplace(t *testing.T) {
 		t.Errorf("argv:\n got %q\nwant %q", argv, want)
 	}
 
+	// A value that starts with - is a value: "-x" here is MCA's, not mpirun's -x.
+	o = mustParse(t, "-np", "2", "--mpi-args", "--mca btl_tcp_port_min_v4 -x --mca pml -np", "p")
+	if keys := mpirunKeys(o.mpiArgs); !reflect.DeepEqual(keys, map[string]bool{"mca:btl_tcp_port_min_v4": true, "mca:pml": true}) {
+		t.Errorf("keys of values that start with -: %v", keys)
+	}
+
 	o = mustParse(t, "-np", "2", "--binding-args", "--bind-to socket --rankfile 'my ranks'", "p")
 	argv, _ = mpirunCommand(o, nil, false)
 	if got := strings.Join(argv[5:10], " "); got != "--bind-to socket --rankfile my ranks --mca" {

@@ -299,18 +299,25 @@ func (o *options) validate() error {
 	if len(o.command) == 0 {
 		return errors.New("no command: give the program every rank runs after the flags (or after --)")
 	}
+	if strings.HasPrefix(o.command[0], "-") {
+		return fmt.Errorf("the command %q starts with -: mpirun would read it as one of its options; give the program's path (./%s)", o.command[0], o.command[0])
+	}
 	if o.hosts != nil && !o.oversubscribe {
 		if slots := totalSlots(o.hosts); o.np > slots {
 			return fmt.Errorf("-np %d exceeds the %d slots of %s (add slots, or --oversubscribe to run more ranks than slots)", o.np, slots, o.hostsFrom)
 		}
 	}
-	for _, w := range o.mpiArgs {
-		if !strings.HasPrefix(w, "-") {
-			continue
-		}
-		switch strings.TrimLeft(w, "-") {
+	if _, err := parseMpirunArgs("--binding-args", o.bindingArgs); err != nil {
+		return err
+	}
+	opts, err := parseMpirunArgs("--mpi-args", o.mpiArgs)
+	if err != nil {
+		return err
+	}
+	for _, opt := range opts {
+		switch opt.name {
 		case "np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile":
-			return fmt.Errorf("--mpi-args: %s: give the ranks and hosts with gorovodrun's own -np, -H or --hostfile", w)
+			return fmt.Errorf("--mpi-args: %s: give the ranks and hosts with gorovodrun's own -np, -H or --hostfile", opt.word)
 		}
 	}
 	return nil

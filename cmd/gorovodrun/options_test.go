@@ -41,7 +41,7 @@ func TestParseCommandStart(t *testing.T) {
 		command []string
 	}{
 		{[]string{"-np", "2", "prog", "-np", "3", "--", "x"}, []string{"prog", "-np", "3", "--", "x"}},
-		{[]string{"-np", "2", "--", "-weird", "--verbose"}, []string{"-weird", "--verbose"}},
+		{[]string{"-np", "2", "--", "./-weird", "--verbose"}, []string{"./-weird", "--verbose"}},
 		{[]string{"-np=2", "--verbose", "./a b"}, []string{"./a b"}},
 	} {
 		o := mustParse(t, tc.args...)
@@ -103,6 +103,20 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-np", "2", "--mpi-args", "-np 3", "p"}, []string{"--mpi-args: -np", "gorovodrun's own"}},
 		{[]string{"-np", "2", "--mpi-args", "--hostfile h", "p"}, []string{"--mpi-args: --hostfile"}},
 		{[]string{"-np", "2", "--binding-args", "", "p"}, []string{"--binding-args", "empty"}},
+		// mpirun words that would take the command as an option's value or as the program.
+		{[]string{"-np", "2", "--mpi-args", "--bind-to", "true"}, []string{"--mpi-args ends with --bind-to, which takes 1 value"}},
+		{[]string{"-np", "2", "--mpi-args", "--mca btl", "p"}, []string{"--mpi-args ends with --mca, which takes 2 values"}},
+		{[]string{"-np", "2", "--mpi-args", "-mca", "p"}, []string{"ends with -mca, which takes 2 values"}},
+		{[]string{"-np", "2", "--mpi-args", "--map-by node", "--mpi-args", "-x", "p"}, []string{"ends with -x, which takes 1 value"}},
+		{[]string{"-np", "2", "--mpi-args", "--rank-by", "p"}, []string{"ends with --rank-by"}},
+		{[]string{"-np", "2", "--mpi-args", "--report-bindings --output-filename", "p"}, []string{"ends with --output-filename"}},
+		{[]string{"-np", "2", "--mpi-args", "-H", "p"}, []string{"ends with -H"}},
+		{[]string{"-np", "2", "--mpi-args", "--hostfile", "p"}, []string{"ends with --hostfile"}},
+		{[]string{"-np", "2", "--mpi-args", "--map-by node stray", "p"}, []string{`--mpi-args: "stray" is neither an mpirun option nor the value of one`}},
+		{[]string{"-np", "2", "--binding-args", "--bind-to", "p"}, []string{"--binding-args ends with --bind-to"}},
+		// A command mpirun would read as its own option.
+		{[]string{"-np", "2", "--", "-x"}, []string{`the command "-x" starts with -`, "./-x"}},
+		{[]string{"-np", "2", "-", "p"}, []string{`the command "-" starts with -`}},
 	} {
 		_, err := parseArgs(tc.args)
 		if err == nil {
