@@ -161,7 +161,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.DataDir, "data_dir", c.DataDir, "The input data dir: the .tsv files of --task_name.")
 	fs.StringVar(&c.VocabFile, "vocab_file", c.VocabFile, "The vocabulary file that the BERT model was trained on (default: the one packaged in --saved_model).")
 	fs.StringVar(&c.BertConfigFile, "bert_config_file", c.BertConfigFile, "The config json file of the pre-trained BERT model; must match --saved_model's (default: the one packaged in it).")
-	fs.StringVar(&c.InitCheckpoint, "init_checkpoint", c.InitCheckpoint, "Initial checkpoint (usually from a pre-trained BERT model), read by rank 0 and broadcast. Ignored when --output_dir holds a checkpoint to resume from.")
+	fs.StringVar(&c.InitCheckpoint, "init_checkpoint", c.InitCheckpoint, "Initial checkpoint (usually from a pre-trained BERT model): its prefix, one of its files, or a directory whose `checkpoint` state file names it; read by rank 0 and broadcast. Ignored when --output_dir holds a checkpoint to resume from.")
 	fs.BoolVar(&c.DoLowerCase, "do_lower_case", c.DoLowerCase, "Whether to lower case the input text. True for uncased models. Default: as --saved_model was exported (run_classifier's true without one); a contradicting value is an error.")
 	fs.BoolVar(&c.PreserveUnusedTokens, "preserve_unused_tokens", c.PreserveUnusedTokens, "Accepted for run_classifier compatibility (bert-tensorflow's tokenization.py); must be false: [unused*] tokens are word-pieced like any text.")
 	fs.IntVar(&c.MaxSeqLength, "max_seq_length", c.MaxSeqLength, "The maximum total input sequence length after WordPiece tokenization. Default: the length --saved_model was exported for (run_classifier's 128 without one); another value is an error.")

@@ -130,6 +130,50 @@ func TestValidateAcceptsAFittingSetupAndWritesRankDirs(t *testing.T) {
 	}
 }
 
+// TestValidateChecksRankZerosFilesOnRankZeroOnly: on several machines the dev and test data
+// and --init_checkpoint may exist only on rank 0's, which alone reads them; every rank reads its
+// shard of the training data.
+func TestValidateChecksRankZerosFilesOnRankZeroOnly(t *testing.T) {
+	config := func(data string) Config {
+		return Config{DoTrain: true, DoEval: true, DoPredict: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,
+			DataDir: data, OutputDir: t.TempDir(), InitCheckpoint: "/nonexistent/bert_model.ckpt"}
+	}
+	c := config(dataDir(t, "train.tsv"))
+	in, err := validate(&c, 1)
+	if err != nil {
+		t.Fatalf("rank 1 checked what rank 0 alone reads: %v", err)
+	}
+	if in.dev != filepath.Join(c.DataDir, "dev.tsv") || in.test != filepath.Join(c.DataDir, "test.tsv") {
+		t.Errorf("rank 1: dev %q, test %q", in.dev, in.test)
+	}
+	_, err = validate(&c, 0)
+	for _, want := range []string{"dev.tsv: no such file", "test.tsv: no such file", "--init_checkpoint: /nonexistent/bert_model.ckpt"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0: got %v, want %q", err, want)
+		}
+	}
+	c = config(dataDir(t, "dev.tsv", "test.tsv"))
+	if _, err := validate(&c, 1); err == nil || !strings.Contains(err.Error(), "train.tsv: no such file") {
+		t.Errorf("rank 1 without its training data: got %v", err)
+	}
+}
+
+func TestValidateResolvesInitCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "model.ckpt-7")
+	for _, suffix := range []string{".index", ".data-00000-of-00001"} {
+		os.WriteFile(prefix+suffix, nil, 0o644)
+	}
+	os.WriteFile(filepath.Join(dir, "checkpoint"), []byte(`model_checkpoint_path: "model.ckpt-7"`+"\n"), 0o644)
+	for _, flag := range []string{dir, prefix, prefix + ".index", prefix + ".data-00000-of-00001"} {
+		c := Config{DoTrain: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,
+			DataDir: dataDir(t, "train.tsv"), OutputDir: t.TempDir(), InitCheckpoint: flag}
+		if _, err := validate(&c, 0); err != nil || c.InitCheckpoint != prefix {
+			t.Errorf("--init_checkpoint=%s: resolved to %q (%v), want %s", flag, c.InitCheckpoint, err, prefix)
+		}
+	}
+}
+
 func TestValidateNamesEveryMisfit(t *testing.T) {
 	notADir := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(notADir, nil, 0o644)
@@ -149,7 +193,7 @@ func TestValidateNamesEveryMisfit(t *testing.T) {
 		{"missing vocab", func(c *Config) { c.VocabFile = "/nonexistent/vocab.txt" }, "/nonexistent/vocab.txt"},
 		{"sequence beyond positions", func(c *Config) { c.MaxSeqLength = 65 }, "cannot use --max_seq_length 65 because the BERT model was only trained up to sequence length 64"},
 		{"config of another model", func(c *Config) { c.BertConfigFile = otherCfg }, "hidden_size 64 != 32"},
-		{"missing init checkpoint", func(c *Config) { c.InitCheckpoint = "/nonexistent/bert_model.ckpt" }, "--init_checkpoint /nonexistent/bert_model.ckpt"},
+		{"missing init checkpoint", func(c *Config) { c.InitCheckpoint = "/nonexistent/bert_model.ckpt" }, "--init_checkpoint: /nonexistent/bert_model.ckpt is neither a checkpoint prefix"},
 		{"unwritable output", func(c *Config) { c.OutputDir = filepath.Join(notADir, "out") }, "--output_dir: mkdir"},
 	} {
 		cfg := Config{DoTrain: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,

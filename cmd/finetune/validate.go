@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 )
 
 // Files that the exporter packages inside a training SavedModel (bertgraph/exporter/contract.py).
@@ -61,7 +62,10 @@ type inputs struct {
 // the SavedModel, the BERT config (the flag's must equal the model's), the vocabulary (no id
 // beyond the model's vocab_size), max_seq_length within the model's positions, the data files of
 // each requested phase, the initial checkpoint, and a writable output directory for this rank.
-// All problems are reported together.
+// All problems are reported together. Files that rank 0 alone reads (the dev and test data, the
+// initial checkpoint) are checked on rank 0 only: with several machines they may exist only on
+// its disk. validate resolves --init_checkpoint to a checkpoint prefix in c (see
+// checkpoint.ResolvePrefix), on rank 0, which reads it.
 func validate(c *Config, rank int) (*inputs, error) {
 	var errs []string
 	bad := func(err error) { errs = append(errs, err.Error()) }
@@ -118,11 +122,17 @@ func validate(c *Config, rank int) (*inputs, error) {
 			in.vocab = v
 		}
 	}
-	dataFile := func(use bool, name string) string {
+	t := c.task()
+	// dataFile checks a data file on the ranks that read it: each rank its shard of the
+	// training data, rank 0 alone the dev and test data.
+	dataFile := func(use, readHere bool, name string) string {
 		if !use {
 			return ""
 		}
 		p := filepath.Join(c.DataDir, name)
+		if !readHere {
+			return p
+		}
 		if f, err := os.Open(p); err != nil {
 			bad(fmt.Errorf("--data_dir: %w", err))
 		} else {
@@ -130,13 +140,14 @@ func validate(c *Config, rank int) (*inputs, error) {
 		}
 		return p
 	}
-	t := c.task()
-	in.train = dataFile(c.DoTrain, t.train.file)
-	in.dev = dataFile(c.DoEval, t.dev.file)
-	in.test = dataFile(c.DoPredict, t.test.file)
-	if c.InitCheckpoint != "" {
-		if _, err := os.Stat(c.InitCheckpoint + ".index"); err != nil {
-			bad(fmt.Errorf("--init_checkpoint %s: no checkpoint there (%v)", c.InitCheckpoint, err))
+	in.train = dataFile(c.DoTrain, true, t.train.file)
+	in.dev = dataFile(c.DoEval, rank == 0, t.dev.file)
+	in.test = dataFile(c.DoPredict, rank == 0, t.test.file)
+	if c.InitCheckpoint != "" && rank == 0 {
+		if prefix, err := checkpoint.ResolvePrefix(c.InitCheckpoint); err != nil {
+			bad(fmt.Errorf("--init_checkpoint: %w", err))
+		} else {
+			c.InitCheckpoint = prefix
 		}
 	}
 	in.rankDir = rankOutputDir(c.OutputDir, rank)

@@ -414,8 +414,41 @@ func Files(prefix string) ([]string, error) {
 	return names, nil
 }
 
-// dataShard matches the suffix of a checkpoint's data shard; group 1 is the shard count.
-var dataShard = regexp.MustCompile(`^\.data-\d{5}-of-(\d{5})$`)
+// ResolvePrefix turns what run_classifier's --init_checkpoint accepts into a checkpoint
+// prefix: a prefix itself; a directory, through the model_checkpoint_path of its state file (as
+// tf.train.latest_checkpoint resolves it); or one of the checkpoint's files, whose .index or
+// .data-<i>-of-<n> suffix is dropped. The prefix's index must exist; the error names each path
+// tried.
+func ResolvePrefix(path string) (string, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		state := filepath.Join(path, StateFile)
+		st, err := readState(state)
+		if err != nil {
+			return "", fmt.Errorf("%s is a directory, and its checkpoint state file does not name a checkpoint: %w", path, err)
+		}
+		prefix := resolve(path, st.latest)
+		if _, err := os.Stat(prefix + ".index"); err != nil {
+			return "", fmt.Errorf("%s is a directory whose %s names %s, which has no index: %w", path, state, prefix, err)
+		}
+		return prefix, nil
+	}
+	prefix := path
+	if p, ok := strings.CutSuffix(path, ".index"); ok {
+		prefix = p
+	} else if m := dataShardOf.FindStringIndex(path); m != nil {
+		prefix = path[:m[0]]
+	}
+	if _, err := os.Stat(prefix + ".index"); err != nil {
+		if prefix != path {
+			return "", fmt.Errorf("%s names a file of checkpoint %s, which has no index: %w", path, prefix, err)
+		}
+		return "", fmt.Errorf("%s is neither a checkpoint prefix (no %s.index: %v) nor a directory with a %s state file", path, path, err, StateFile)
+	}
+	return prefix, nil
+}
+
+// dataShardOf finds the data shard suffix at the end of a checkpoint file's path.
+var dataShardOf = regexp.MustCompile(`\.data-\d{5}-of-\d{5}$`)
 
 // DataShards lists the data shards prefix.data-<i>-of-<n> of the checkpoint prefix, sorted.
 func DataShards(prefix string) ([]string, error) {
@@ -423,7 +456,10 @@ func DataShards(prefix string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(files, func(f string) bool { return !dataShard.MatchString(f[len(prefix):]) }), nil
+	return slices.DeleteFunc(files, func(f string) bool {
+		m := dataShardOf.FindStringIndex(f)
+		return m == nil || m[0] != len(prefix)
+	}), nil
 }
 
 // listDir returns the names of the entries of dir that match, sorted.

@@ -316,6 +316,48 @@ print(json.dumps({
 		got.NTimestamps != 2 || !reflect.DeepEqual(got.V, []float64{1.5, -2, 3.25}) {
 		t.Fatalf("TensorFlow read %+v", got)
 	}
+	// --init_checkpoint=DIR resolves to the checkpoint tf.train.latest_checkpoint(DIR) names.
+	if resolved, err := ResolvePrefix(goDir); err != nil || filepath.Base(resolved) != got.Latest {
+		t.Errorf("ResolvePrefix(%s) = %q, %v; TensorFlow's latest_checkpoint is %s", goDir, resolved, err, got.Latest)
+	}
+}
+
+func TestResolvePrefix(t *testing.T) {
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "bert_model.ckpt")
+	if err := fakeSave("s")(prefix); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{prefix, prefix + ".index", prefix + ".data-00000-of-00001"} {
+		if got, err := ResolvePrefix(path); err != nil || got != prefix {
+			t.Errorf("ResolvePrefix(%s) = %q, %v; want %s", path, got, err, prefix)
+		}
+	}
+	// A state file's absolute path is taken as it is, a relative one from the directory.
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, StateFile), []byte(fmt.Sprintf("model_checkpoint_path: %q\n", prefix)), 0o644)
+	if got, err := ResolvePrefix(other); err != nil || got != prefix {
+		t.Errorf("directory naming an absolute prefix: %q, %v", got, err)
+	}
+	os.WriteFile(filepath.Join(dir, StateFile), []byte(`model_checkpoint_path: "bert_model.ckpt"`+"\n"), 0o644)
+	if got, err := ResolvePrefix(dir); err != nil || got != prefix {
+		t.Errorf("directory naming a relative prefix: %q, %v", got, err)
+	}
+	empty := t.TempDir()
+	for path, want := range map[string]string{
+		prefix + "-9":                     prefix + "-9 is neither a checkpoint prefix (no " + prefix + "-9.index",
+		prefix + "-9.index":               "names a file of checkpoint " + prefix + "-9, which has no index",
+		prefix + "-9.data-00000-of-00002": "names a file of checkpoint " + prefix + "-9, which has no index",
+		empty:                             empty + " is a directory, and its checkpoint state file does not name a checkpoint",
+	} {
+		if _, err := ResolvePrefix(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ResolvePrefix(%s): %v, want %q", path, err, want)
+		}
+	}
+	os.Remove(prefix + ".index")
+	if _, err := ResolvePrefix(dir); err == nil || !strings.Contains(err.Error(), "names "+prefix+", which has no index") {
+		t.Errorf("directory naming a checkpoint without index: %v", err)
+	}
 }
 
 // An observer reading the latest checkpoint leaves a save in flight alone.
