@@ -365,6 +365,9 @@ var checkpointFile = regexp.MustCompile(`^(` + regexp.QuoteMeta(Basename) + `-\d
 // tf.train.CheckpointManager does: beyond the newest maxToKeep, a checkpoint at least keepEvery
 // newer than the last preserved one is kept on disk (and leaves the state file), the others leave
 // the state file and are returned, to be deleted once the state file no longer lists them.
+// Only checkpoints of the manager's directory are deleted: a state file may list others (one
+// copied from elsewhere, or edited to resume from another run's checkpoint), and those leave
+// the list but stay on disk.
 func (m *Manager) retain() (dropped []string) {
 	if m.maxToKeep == 0 {
 		return nil
@@ -376,9 +379,21 @@ func (m *Manager) retain() (dropped []string) {
 			m.lastPreserved = old.time
 			continue
 		}
-		dropped = append(dropped, m.resolve(old.rel))
+		if m.owns(old.rel) {
+			dropped = append(dropped, m.resolve(old.rel))
+		}
 	}
 	return dropped
+}
+
+// owns says whether the checkpoint rel of the state file lies in the manager's directory.
+func (m *Manager) owns(rel string) bool {
+	dir, err := filepath.Abs(m.dir)
+	if err != nil {
+		return false
+	}
+	prefix, err := filepath.Abs(m.resolve(rel))
+	return err == nil && filepath.Dir(prefix) == dir
 }
 
 // deleteCheckpoint removes the files of prefix that the save wrote beside its index (the data

@@ -155,6 +155,55 @@ func TestKeepMaxDeletesOldestAndResumesFromLatest(t *testing.T) {
 	}
 }
 
+// A state file may list checkpoints of other directories (here: one by absolute path, one by a
+// path relative to the output directory); retention drops them from the list and never deletes
+// their files.
+func TestRetentionDeletesOnlyCheckpointsOfItsDirectory(t *testing.T) {
+	root := t.TempDir()
+	out, elsewhere := filepath.Join(root, "out"), filepath.Join(root, "elsewhere")
+	for _, d := range []string{out, elsewhere} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := []string{filepath.Join(elsewhere, "model.ckpt-10"), filepath.Join(elsewhere, "model.ckpt-11")}
+	for _, p := range foreign {
+		if err := fakeSave("theirs")(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := fmt.Sprintf("model_checkpoint_path: %q\nall_model_checkpoint_paths: %q\nall_model_checkpoint_paths: %q\n",
+		"../elsewhere/model.ckpt-11", foreign[0], "../elsewhere/model.ckpt-11")
+	if err := os.WriteFile(filepath.Join(out, StateFile), []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(out, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prefix, step, ok, err := m.Latest(); err != nil || !ok || step != 11 || prefix != filepath.Join(out, "../elsewhere/model.ckpt-11") {
+		t.Fatalf("Latest = %q, %d, %v, %v", prefix, step, ok, err)
+	}
+	for _, step := range []int64{20, 30} {
+		if _, err := m.Save(step, fakeSave("ours")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range foreign {
+		for _, suffix := range []string{".index", ".data-00000-of-00001"} {
+			if _, err := os.Stat(p + suffix); err != nil {
+				t.Errorf("retention deleted a checkpoint outside %s: %v", out, err)
+			}
+		}
+	}
+	if got, want := listCheckpoints(t, out), []string{"model.ckpt-30"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("in the output directory %v, want %v", got, want)
+	}
+	if got, want := m.Kept(), []string{filepath.Join(out, "model.ckpt-30")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("state lists %v, want %v", got, want)
+	}
+}
+
 func TestKeepMaxZeroKeepsAll(t *testing.T) {
 	dir := t.TempDir()
 	m, _ := Open(dir, 0, 0)
