@@ -17,21 +17,24 @@ const positionSuffix = ".input_position.json"
 
 // inputPosition is what a resumed run needs to continue each rank's example stream exactly:
 // the dataset is deterministic given its options, so the number of batches every rank drew
-// (the same on all ranks: they step together) is enough.
+// (the same on all ranks: they step together) is enough, at the same number of ranks.
 type inputPosition struct {
 	Batches int64 `json:"batches"`
+	// Ranks is the number of ranks that drew them, each from its own shard; 0 (unknown) in
+	// files written before it was recorded.
+	Ranks int `json:"ranks,omitempty"`
 }
 
 // withInputPosition extends the model's save with the input position of drawn batches. The
 // checkpoint manager runs it in its temporary directory, so the position file is renamed into
 // place with the data shards, before the index and the state file make the checkpoint visible,
 // and retention deletes it with them.
-func withInputPosition(save checkpoint.SaveFunc, drawn int64) checkpoint.SaveFunc {
+func withInputPosition(save checkpoint.SaveFunc, drawn int64, ranks int) checkpoint.SaveFunc {
 	return func(prefix string) error {
 		if err := save(prefix); err != nil {
 			return err
 		}
-		b, _ := json.Marshal(inputPosition{Batches: drawn})
+		b, _ := json.Marshal(inputPosition{Batches: drawn, Ranks: ranks})
 		if err := os.WriteFile(prefix+positionSuffix, b, 0o644); err != nil {
 			return fmt.Errorf("writing the input position: %w", err)
 		}
@@ -39,26 +42,48 @@ func withInputPosition(save checkpoint.SaveFunc, drawn int64) checkpoint.SaveFun
 	}
 }
 
-// readInputPosition returns the batches drawn before the checkpoint prefix of global step step
-// was saved. A checkpoint without the file (one written before it existed, or by TensorFlow)
-// falls back to one batch per step, exact when no update was skipped.
-func readInputPosition(prefix string, step int64) (int64, error) {
+// readInputPosition returns the position of the checkpoint prefix of global step step. A
+// checkpoint without the file (one written before it existed, or by TensorFlow) falls back to
+// one batch per step, exact when no update was skipped, drawn by an unknown number of ranks.
+func readInputPosition(prefix string, step int64) (inputPosition, error) {
 	path := prefix + positionSuffix
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return step, nil
+		return inputPosition{Batches: step}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("resume: %w", err)
+		return inputPosition{}, fmt.Errorf("resume: %w", err)
 	}
 	var pos inputPosition
 	if err := json.Unmarshal(b, &pos); err != nil {
-		return 0, fmt.Errorf("resume: %s: %w", path, err)
+		return inputPosition{}, fmt.Errorf("resume: %s: %w", path, err)
 	}
 	if pos.Batches < step {
-		return 0, fmt.Errorf("resume: %s says %d batches were drawn, fewer than the checkpoint's %d steps", path, pos.Batches, step)
+		return inputPosition{}, fmt.Errorf("resume: %s says %d batches were drawn, fewer than the checkpoint's %d steps", path, pos.Batches, step)
 	}
-	return pos.Batches, nil
+	if pos.Ranks < 0 {
+		return inputPosition{}, fmt.Errorf("resume: %s says %d ranks drew the batches", path, pos.Ranks)
+	}
+	return pos, nil
+}
+
+// sizeChangeWarning is what a run of ranks ranks logs when it resumes from the checkpoint
+// prefix that saved ranks drew from ("" when the sizes are equal, or the saved one is
+// unknown). Horovod restores a checkpoint at any size (the state is broadcast from rank 0),
+// and a user who lost a machine must be able to continue on the others, so this is a warning,
+// not an error. But it is a different run from there on: the training steps and the peak
+// learning rate are computed for the new size, and the training data is sharded anew, so that
+// the per-rank position cannot be mapped onto the new shards. Each rank skips as many batches
+// of its new shard as every rank had drawn (keeping drawn batches >= global steps, which the
+// next resume checks); which examples come next differs from an uninterrupted run.
+func sizeChangeWarning(prefix string, pos inputPosition, ranks int) string {
+	if pos.Ranks == 0 || pos.Ranks == ranks {
+		return ""
+	}
+	return fmt.Sprintf("warning: %s was saved by a run of %d rank(s), this one has %d: training continues from its global step, "+
+		"but the number of training steps and the peak learning rate (--learning_rate x ranks) follow the new size, "+
+		"and the training data is sharded anew: each rank skips %d batches of its new shard, so the examples trained on "+
+		"from here differ from those of an uninterrupted run of %d rank(s)", prefix, pos.Ranks, ranks, pos.Batches, pos.Ranks)
 }
 
 // skipBatches advances ds past the records of batches batches of batchSize. Next reads and

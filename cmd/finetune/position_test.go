@@ -116,13 +116,29 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 	}
 
 	t.Run("with the position file", func(t *testing.T) {
-		ckpts, _ := saveStep(t, withInputPosition(fakeModel, drawn))
+		ckpts, _ := saveStep(t, withInputPosition(fakeModel, drawn, 1))
 		rp := resumeAt(t, ckpts)
 		if rp.Step != step || rp.Batches != drawn {
 			t.Fatalf("resume point step %d, %d batches drawn; want %d, %d", rp.Step, rp.Batches, step, drawn)
 		}
 		if got, want := continued(t, rp), uninterrupted[drawn:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
+		}
+		if w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1); w != "" {
+			t.Errorf("resuming at the same size warns: %s", w)
+		}
+	})
+	t.Run("saved by another number of ranks: resumes with a warning", func(t *testing.T) {
+		ckpts, p := saveStep(t, withInputPosition(fakeModel, drawn, 4))
+		rp := resumeAt(t, ckpts)
+		if rp.Step != step || rp.Batches != drawn || rp.Ranks != 4 {
+			t.Fatalf("resume point %+v; want step %d, %d batches of 4 ranks", rp, step, drawn)
+		}
+		w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1)
+		for _, want := range []string{p + " was saved by a run of 4 rank(s), this one has 1", "peak learning rate", "skips 7 batches of its new shard"} {
+			if !strings.Contains(w, want) {
+				t.Errorf("warning %q does not say %q", w, want)
+			}
 		}
 	})
 	t.Run("without it: one batch per step", func(t *testing.T) {
@@ -134,9 +150,22 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if got, want := continued(t, rp), uninterrupted[step:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
 		}
+		if rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 3) != "" {
+			t.Errorf("an unknown size: %+v, warning %q", rp, sizeChangeWarning(rp.Prefix, rp.inputPosition, 3))
+		}
+	})
+	t.Run("a position file from before the rank count resumes", func(t *testing.T) {
+		ckpts, p := saveStep(t, fakeModel)
+		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 7}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rp := resumeAt(t, ckpts)
+		if rp.Batches != drawn || rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 2) != "" {
+			t.Errorf("resume point %+v, warning %q", rp, sizeChangeWarning(rp.Prefix, rp.inputPosition, 2))
+		}
 	})
 	t.Run("a damaged position file is an error naming it", func(t *testing.T) {
-		_, p := saveStep(t, withInputPosition(fakeModel, drawn))
+		_, p := saveStep(t, withInputPosition(fakeModel, drawn, 1))
 		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 3}`), 0o644); err != nil {
 			t.Fatal(err)
 		}

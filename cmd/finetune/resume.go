@@ -17,19 +17,19 @@ const shareChunk = 64 << 20
 
 // checkpointManifest describes the checkpoint rank 0 resumes from.
 type checkpointManifest struct {
-	Step    int64    `json:"step"`
-	Batches int64    `json:"batches"` // batches each rank drew before the save
-	Base    string   `json:"base"`    // file name prefix, e.g. model.ckpt-200
-	Files   []string `json:"files"`   // suffixes after Base: .index, .data-00000-of-00001
-	Sizes   []int64  `json:"sizes"`
+	Step          int64    `json:"step"`
+	inputPosition          // batches each rank drew before the save, and the ranks
+	Base          string   `json:"base"`  // file name prefix, e.g. model.ckpt-200
+	Files         []string `json:"files"` // suffixes after Base: .index, .data-00000-of-00001
+	Sizes         []int64  `json:"sizes"`
 }
 
 // resumePoint is where a rank continues: its copy of the checkpoint, the global step it holds
-// and the batches of training data drawn before it. Prefix is "" when there is nothing to resume.
+// and the position of the training data. Prefix is "" when there is nothing to resume.
 type resumePoint struct {
-	Prefix  string
-	Step    int64
-	Batches int64
+	Prefix string
+	Step   int64
+	inputPosition
 }
 
 // shareCheckpoint gives every rank rank 0's checkpoint to resume from. Each rank applies the
@@ -65,7 +65,7 @@ func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (resumePoint, err
 				return resumePoint{}, err
 			}
 		}
-		return resumePoint{prefix, man.Step, man.Batches}, nil
+		return resumePoint{prefix, man.Step, man.inputPosition}, nil
 	}
 	local := filepath.Join(dir, "resume", man.Base)
 	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
@@ -84,7 +84,7 @@ func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (resumePoint, err
 			return resumePoint{}, fmt.Errorf("resume: receiving %s: %w", local+suffix, err)
 		}
 	}
-	return resumePoint{local, man.Step, man.Batches}, nil
+	return resumePoint{local, man.Step, man.inputPosition}, nil
 }
 
 func manifestOf(prefix string) (checkpointManifest, error) {
@@ -93,7 +93,7 @@ func manifestOf(prefix string) (checkpointManifest, error) {
 	if man.Step, err = checkpoint.StepOf(prefix); err != nil {
 		return man, err
 	}
-	if man.Batches, err = readInputPosition(prefix, man.Step); err != nil {
+	if man.inputPosition, err = readInputPosition(prefix, man.Step); err != nil {
 		return man, err
 	}
 	files, err := checkpoint.DataShards(prefix)

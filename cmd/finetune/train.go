@@ -114,6 +114,9 @@ func (j *job) initialWeights() (step, drawn int64, err error) {
 			return 0, 0, fmt.Errorf("checkpoint %s holds global_step %d, its name says %d", local, got, resume.Step)
 		}
 		j.console.infof("resuming from %s at step %d", prefix, resume.Step)
+		if w := sizeChangeWarning(prefix, resume.inputPosition, j.size); w != "" {
+			j.console.infof("%s", w)
+		}
 		if local != prefix { // a received copy: restored, no longer needed
 			os.RemoveAll(filepath.Dir(local))
 		}
@@ -333,7 +336,7 @@ func (j *job) saveCheckpoint(step, drawn int64) error {
 	p, err := j.ckpts.Save(step, withInputPosition(func(prefix string) error {
 		_, err := j.model.Save(prefix)
 		return err
-	}, drawn))
+	}, drawn, j.size))
 	if err == nil {
 		j.console.infof("saved checkpoint %s", p)
 	}
