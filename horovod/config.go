@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/mpi/mpiwait"
 )
 
 // Defaults, as in Horovod.
@@ -100,6 +101,11 @@ func configFromEnv() (config, error) {
 	durVar("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", time.Second, &c.stallShutdown)
 	if v := os.Getenv("HOROVOD_STALL_CHECK_DISABLE"); v != "" && v != "0" {
 		c.stallCheck, c.stallShutdown = 0, 0
+	}
+	// The MPI backend reads its wait itself when it opens; checked here too, a bad value is the
+	// configuration error it is, before MPI starts, rather than a failure to initialize MPI.
+	if _, e := mpiwait.FromEnv(); e != nil && err == nil {
+		err = fmt.Errorf("horovod: %w", e)
 	}
 	return c, err
 }

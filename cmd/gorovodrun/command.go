@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gorovod/gorovod/horovod/mpi/mpiwait"
 )
 
 // Variables forwarded to every rank with mpirun -x. mpirun starts its daemons on other machines
@@ -133,6 +135,20 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 	}
 	argv = append(argv, o.mpiArgs...)
 	return append(argv, o.command...), warnings
+}
+
+// checkForwardedValues refuses a forwarded setting that every rank would refuse at its start
+// (GOROVOD_MPI_WAIT): one message before the launch instead of one per rank after it. The
+// HOROVOD_* variables gorovod's horovod package reads are checked by each rank's horovod.Init.
+func checkForwardedValues(env []string) error {
+	for _, kv := range env {
+		if name, value, _ := strings.Cut(kv, "="); name == mpiwait.Env {
+			if _, err := mpiwait.Sleeping(value); err != nil {
+				return fmt.Errorf("%v (every rank would refuse it)", err)
+			}
+		}
+	}
+	return nil
 }
 
 // forwardedVariables lists, sorted, the names of env's variables that travel to the ranks.

@@ -40,6 +40,10 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		printUsage(stdout)
 		return 0
 	}
+	if err := checkForwardedValues(env); err != nil {
+		fmt.Fprintf(stderr, "gorovodrun: %v\n", err)
+		return exitUsage
+	}
 	argv, warnings := mpirunCommand(o, env, os.Geteuid() == 0)
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "gorovodrun: warning: %s\n", w)

@@ -187,4 +187,14 @@ func TestDryRun(t *testing.T) {
 	if code := run([]string{"-np", "2", "--autotune", "prog"}, env, &out, &errOut); code != exitUsage || out.Len() != 0 {
 		t.Errorf("a refused flag: exit %d, printed %q", code, out.String())
 	}
+	// A GOROVOD_MPI_WAIT every rank would refuse is refused before the launch.
+	errOut.Reset()
+	bad := append(env, "GOROVOD_MPI_WAIT=bogus")
+	if code := run([]string{"--dry-run", "-np", "2", "prog"}, bad, &out, &errOut); code != exitUsage || out.Len() != 0 ||
+		!strings.Contains(errOut.String(), `gorovodrun: GOROVOD_MPI_WAIT="bogus": want sleep or spin`) {
+		t.Errorf("GOROVOD_MPI_WAIT=bogus: exit %d, printed %q, stderr %q", code, out.String(), errOut.String())
+	}
+	if code := run([]string{"--dry-run", "-np", "2", "prog"}, append(env, "GOROVOD_MPI_WAIT=spin"), &out, &errOut); code != 0 {
+		t.Errorf("GOROVOD_MPI_WAIT=spin: exit %d, stderr %q", code, errOut.String())
+	}
 }

@@ -4,7 +4,7 @@
 // operators backed by package fp16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
-// them sleeping rather than polling, unless GOROVOD_MPI_WAIT says otherwise (see WaitEnv): its
+// them sleeping rather than polling, unless GOROVOD_MPI_WAIT says otherwise (package mpiwait): its
 // peers may still be computing on the cores its polling would take.
 //
 // The package links libmpi through pkg-config (Debian: libopenmpi-dev). A process opens the
@@ -22,13 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/mpi/mpiwait"
 )
 
 // Error is an MPI call that failed, with MPI's own text for the code.
@@ -57,38 +57,11 @@ var ErrClosed = errors.New("mpi: communicator is closed")
 
 var opened sync.Once
 
-// WaitEnv is the environment variable that says how a rank waits in an allgather whose parts are
-// all at most SleepingWaitMaxPart bytes, as horovod's negotiation rounds are, where the rank that
-// arrives first waits for the slowest peer's train step to end:
-//
-//	sleep (default)  test the collective for 50 µs without pause (a peer that is already there
-//	                 answers at MPI's latency), then sleep between tests, 10 µs doubling to 0.5 ms,
-//	                 leaving the core to the peers' computation (TensorFlow's threads, with one
-//	                 rank per core); a round that waited long ends up to 0.5 ms after the last peer
-//	spin             MPI's blocking MPI_Allgatherv, which polls in MPI's progress engine until the
-//	                 last peer arrives (for dedicated cores, or with mpirun's mpi_yield_when_idle)
-//
-// Every other collective is MPI's blocking call: horovod issues them once negotiation has
-// established that every rank is there.
-const WaitEnv = "GOROVOD_MPI_WAIT"
-
 // SleepingWaitMaxPart is the largest part of one rank for which an allgather waits sleeping:
 // OpenMPI sends a part this small in one message when the collective is posted (its shared-memory
 // eager limit), so the collective needs no progress but its completion, and the sleeps only decide
 // how soon that is noticed. Larger parts move in steps that each need both sides to test.
 const SleepingWaitMaxPart = 4096
-
-// waitFromEnv reads WaitEnv: true for the sleeping wait.
-func waitFromEnv() (bool, error) {
-	switch v := os.Getenv(WaitEnv); v {
-	case "", "sleep":
-		return true, nil
-	case "spin":
-		return false, nil
-	default:
-		return false, fmt.Errorf("mpi: %s=%q: want sleep or spin", WaitEnv, v)
-	}
-}
 
 // Comm is MPI_COMM_WORLD (duplicated, so that horovod's traffic never matches the application's),
 // driven from its own OS thread. It implements backend.Backend.
@@ -100,7 +73,7 @@ type Comm struct {
 	// serving is set while Serve runs a loop on the MPI thread: that loop is then the only
 	// caller, and its calls run in place.
 	serving atomic.Bool
-	// sleepingWait: small allgathers wait sleeping (WaitEnv).
+	// sleepingWait: small allgathers wait sleeping (mpiwait.Env).
 	sleepingWait bool
 }
 
@@ -114,9 +87,9 @@ func Open() (*Comm, error) {
 	if !first {
 		return nil, errors.New("mpi: Open called twice: MPI can be initialized once per process")
 	}
-	sleepingWait, err := waitFromEnv()
+	sleepingWait, err := mpiwait.FromEnv()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mpi: %w", err)
 	}
 	c := &Comm{calls: make(chan func()), sleepingWait: sleepingWait}
 	ready := make(chan error)

@@ -177,20 +177,6 @@ func TestMisuseIsAnErrorBeforeMPI(t *testing.T) {
 	}
 }
 
-func TestWaitFromEnv(t *testing.T) {
-	for v, sleeping := range map[string]bool{"": true, "sleep": true, "spin": false} {
-		t.Setenv(WaitEnv, v)
-		got, err := waitFromEnv()
-		if err != nil || got != sleeping {
-			t.Errorf("%s=%q: sleeping wait %v, %v; want %v", WaitEnv, v, got, err, sleeping)
-		}
-	}
-	t.Setenv(WaitEnv, "poll")
-	if _, err := waitFromEnv(); err == nil || !strings.Contains(err.Error(), `GOROVOD_MPI_WAIT="poll"`) {
-		t.Errorf("an unknown wait gave %v", err)
-	}
-}
-
 // threadCPU is the CPU time the MPI thread has used so far.
 func threadCPU(t *testing.T) time.Duration {
 	t.Helper()
