@@ -227,7 +227,7 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 
 // Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints). When every part
 // is at most SleepingWaitMaxPart bytes, a rank that arrives before its peers waits for them as
-// WaitEnv says.
+// mpiwait.Env says.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	if len(counts) != c.topo.Size {
 		return fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
