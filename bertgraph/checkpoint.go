@@ -173,12 +173,14 @@ func (r *InitReport) Missing() []string {
 	return out
 }
 
-// maxUnusedListed caps the unused names String prints: a pretrained checkpoint's optimizer
-// slots alone are hundreds.
+// maxUnusedListed caps the unused names String prints: a pretrained checkpoint's MLM and NSP
+// heads are many.
 const maxUnusedListed = 20
 
 // String prints the report as BERT's run_classifier logs it, then the checkpoint names no
-// variable was read from (the first maxUnusedListed, and how many more).
+// variable was read from: the optimizer state (the Adam slots <variable>/adam_m and
+// <variable>/adam_v, global_step) in one line, since every fine-tuned checkpoint has it and
+// chained fine-tuning reads one; the others by name (the first maxUnusedListed, and how many more).
 func (r *InitReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "**** Trainable Variables **** (init from %s: %d of %d)\n", r.Checkpoint, r.Initialized(), len(r.Entries))
@@ -196,14 +198,38 @@ func (r *InitReport) String() string {
 		}
 		fmt.Fprintf(&b, "  name = %s, shape = (%s)%s\n", e.Variable, strings.Join(dims, ", "), init)
 	}
-	if len(r.Unused) > 0 {
-		fmt.Fprintf(&b, "**** Unused checkpoint names **** (%d)\n", len(r.Unused))
-		for _, name := range r.Unused[:min(len(r.Unused), maxUnusedListed)] {
-			fmt.Fprintf(&b, "  name = %s\n", name)
+	if len(r.Unused) == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "**** Unused checkpoint names **** (%d)\n", len(r.Unused))
+	var slots int
+	var globalStep bool
+	var others []string
+	for _, name := range r.Unused {
+		switch {
+		case name == "global_step":
+			globalStep = true
+		case strings.HasSuffix(name, "/adam_m"), strings.HasSuffix(name, "/adam_v"):
+			slots++
+		default:
+			others = append(others, name)
 		}
-		if more := len(r.Unused) - maxUnusedListed; more > 0 {
-			fmt.Fprintf(&b, "  ... and %d more\n", more)
+	}
+	if slots > 0 || globalStep {
+		var parts []string
+		if slots > 0 {
+			parts = append(parts, fmt.Sprintf("%d optimizer slots (*/adam_m, */adam_v)", slots))
 		}
+		if globalStep {
+			parts = append(parts, "global_step")
+		}
+		fmt.Fprintf(&b, "  %s: the optimizer state of a training checkpoint, not model variables\n", strings.Join(parts, " and "))
+	}
+	for _, name := range others[:min(len(others), maxUnusedListed)] {
+		fmt.Fprintf(&b, "  name = %s\n", name)
+	}
+	if more := len(others) - maxUnusedListed; more > 0 {
+		fmt.Fprintf(&b, "  ... and %d more\n", more)
 	}
 	return b.String()
 }

@@ -267,3 +267,33 @@ checkpoint.write(out + "/nodata.ckpt", values)
 		t.Errorf("global step %d (%v) after restoring %s, want 3", step, err, good)
 	}
 }
+
+// A fine-tuned checkpoint's optimizer state is expected when chaining fine-tuning: String sums
+// it up in one line and lists only the other unused names.
+func TestInitReportSummarisesOptimizerState(t *testing.T) {
+	r := InitReport{Checkpoint: "out/model.ckpt-10", Unused: []string{"global_step"}}
+	for i := range 41 {
+		r.Unused = append(r.Unused, fmt.Sprintf("bert/layer_%d/kernel/adam_m", i), fmt.Sprintf("bert/layer_%d/kernel/adam_v", i))
+	}
+	r.Unused = append(r.Unused, "cls/predictions/output_bias")
+	s := r.String()
+	for _, want := range []string{
+		"**** Unused checkpoint names **** (84)\n",
+		"  82 optimizer slots (*/adam_m, */adam_v) and global_step: the optimizer state of a training checkpoint, not model variables\n",
+		"  name = cls/predictions/output_bias\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "adam_m\n") || strings.Contains(s, "name = global_step") || strings.Contains(s, "more") {
+		t.Errorf("report lists the optimizer state by name:\n%s", s)
+	}
+	if lines := strings.Count(s, "\n"); lines != 4 {
+		t.Errorf("report has %d lines, want 4:\n%s", lines, s)
+	}
+	r.Unused = []string{"global_step"}
+	if s := r.String(); !strings.Contains(s, "  global_step: the optimizer state") {
+		t.Errorf("global_step alone:\n%s", s)
+	}
+}
