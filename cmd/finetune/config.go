@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/gorovod/gorovod/bertgraph"
@@ -148,6 +149,48 @@ func (l labelsFlag) Set(s string) error {
 	return nil
 }
 
+// exportDefault is a flag whose default is --saved_model's (fromTaskAndModel applies it): it
+// starts at run_classifier's default, which Get returns, but String is empty until the flag is
+// set, so that the usage shows no "(default 128)" that most models would contradict.
+type exportDefault[T int | bool] struct {
+	dst *T
+	set bool
+}
+
+func (f *exportDefault[T]) String() string {
+	if f == nil || f.dst == nil || !f.set {
+		return ""
+	}
+	return fmt.Sprint(*f.dst)
+}
+
+func (f *exportDefault[T]) Set(s string) error {
+	switch dst := any(f.dst).(type) {
+	case *int:
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		*dst = v
+	case *bool:
+		v, err := strconv.ParseBool(s)
+		if err != nil {
+			return errors.New("not a boolean")
+		}
+		*dst = v
+	}
+	f.set = true
+	return nil
+}
+
+func (f *exportDefault[T]) Get() any { return *f.dst }
+
+// IsBoolFlag lets a bool flag be given without a value (-do_lower_case), as flag.BoolVar's.
+func (f *exportDefault[T]) IsBoolFlag() bool {
+	_, ok := any(f.dst).(*bool)
+	return ok
+}
+
 func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("finetune", flag.ContinueOnError)
 	fs.SetOutput(output)
@@ -162,9 +205,9 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.VocabFile, "vocab_file", c.VocabFile, "The vocabulary file that the BERT model was trained on (default: the one packaged in --saved_model).")
 	fs.StringVar(&c.BertConfigFile, "bert_config_file", c.BertConfigFile, "The config json file of the pre-trained BERT model; must match --saved_model's (default: the one packaged in it).")
 	fs.StringVar(&c.InitCheckpoint, "init_checkpoint", c.InitCheckpoint, "Initial checkpoint (usually from a pre-trained BERT model): its prefix, one of its files, or a directory whose `checkpoint` state file names it; read by rank 0 and broadcast. Ignored when --output_dir holds a checkpoint to resume from.")
-	fs.BoolVar(&c.DoLowerCase, "do_lower_case", c.DoLowerCase, "Whether to lower case the input text. True for uncased models. Default: as --saved_model was exported (run_classifier's true without one); a contradicting value is an error.")
+	fs.Var(&exportDefault[bool]{dst: &c.DoLowerCase}, "do_lower_case", "Whether to lower case the input text. True for uncased models. A value other than --saved_model's is an error (default: the export's; run_classifier's true for a model that records none).")
 	fs.BoolVar(&c.PreserveUnusedTokens, "preserve_unused_tokens", c.PreserveUnusedTokens, "Accepted for run_classifier compatibility (bert-tensorflow's tokenization.py); must be false: [unused*] tokens are word-pieced like any text.")
-	fs.IntVar(&c.MaxSeqLength, "max_seq_length", c.MaxSeqLength, "The maximum total input sequence length after WordPiece tokenization. Default: the length --saved_model was exported for (run_classifier's 128 without one); another value is an error.")
+	fs.Var(&exportDefault[int]{dst: &c.MaxSeqLength}, "max_seq_length", "The maximum total input sequence `length` after WordPiece tokenization. A value other than --saved_model's is an error (default: the export's; run_classifier's 128 for a model that records none).")
 	fs.IntVar(&c.TrainBatchSize, "train_batch_size", c.TrainBatchSize, "Batch size for training, per rank.")
 	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
 	fs.IntVar(&c.PredictBatchSize, "predict_batch_size", c.PredictBatchSize, "Batch size for predict.")

@@ -296,9 +296,45 @@ func TestUsageOnHelpOnly(t *testing.T) {
 		t.Fatalf("-help: %v", err)
 	}
 	help := out.String()
-	for _, want := range []string{"\n  -data_dir string\n", "\n  -labels names\n", "\n  -task_name string\n", "\n  -iterations_per_loop int\n", "cola, mrpc, mnli, xnli, sst-2"} {
+	for _, want := range []string{"\n  -data_dir string\n", "\n  -labels names\n", "\n  -task_name string\n", "\n  -iterations_per_loop int\n", "cola, mrpc, mnli, xnli, sst-2",
+		"\n  -max_seq_length length\n", "is an error (default: the export's; run_classifier's 128 ", "\n  -do_lower_case\n", "is an error (default: the export's; run_classifier's true "} {
 		if !strings.Contains(help, want) {
 			t.Errorf("-help lacks %q:\n%s", want, help)
+		}
+	}
+	// Go's own suffix would state run_classifier's value as the default, which the export overrides.
+	for _, wrong := range []string{"(default 128)", "(default true)"} {
+		if strings.Contains(help, wrong) {
+			t.Errorf("-help says %q:\n%s", wrong, help)
+		}
+	}
+}
+
+// The flags whose default is the export's parse as flag.IntVar and flag.BoolVar do.
+func TestExportDefaultFlagsParse(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		seq   int
+		lower bool
+		err   string
+	}{
+		{nil, 128, true, ""},
+		{[]string{"-max_seq_length=64", "-do_lower_case=false"}, 64, false, ""},
+		{[]string{"-max_seq_length", "96", "-do_lower_case"}, 96, true, ""},
+		{[]string{"-max_seq_length=x"}, 0, false, `invalid value "x" for flag -max_seq_length: not an integer`},
+		{[]string{"-do_lower_case=maybe"}, 0, false, `invalid boolean value "maybe" for -do_lower_case: not a boolean`},
+	} {
+		cfg := runClassifierDefaults()
+		fs := newFlagSet(&cfg, io.Discard)
+		err := fs.Parse(c.args)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v, want %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil || cfg.MaxSeqLength != c.seq || cfg.DoLowerCase != c.lower {
+			t.Errorf("%q: max_seq_length %d, do_lower_case %v, %v; want %d, %v", c.args, cfg.MaxSeqLength, cfg.DoLowerCase, err, c.seq, c.lower)
 		}
 	}
 }
