@@ -195,6 +195,8 @@ func TestValidateNamesEveryMisfit(t *testing.T) {
 		{"config of another model", func(c *Config) { c.BertConfigFile = otherCfg }, "hidden_size 64 != 32"},
 		{"missing init checkpoint", func(c *Config) { c.InitCheckpoint = "/nonexistent/bert_model.ckpt" }, "--init_checkpoint: /nonexistent/bert_model.ckpt is neither a checkpoint prefix"},
 		{"unwritable output", func(c *Config) { c.OutputDir = filepath.Join(notADir, "out") }, "--output_dir: mkdir"},
+		{"glob character in output_dir", func(c *Config) { c.OutputDir = filepath.Join(t.TempDir(), "o[1]") }, `TensorFlow reads checkpoint paths as glob patterns and '[' is a pattern character`},
+		{"glob character in init_checkpoint", func(c *Config) { c.InitCheckpoint = "/ckpts/run*/model.ckpt-1" }, "--init_checkpoint /ckpts/run*/model.ckpt-1: TensorFlow reads"},
 	} {
 		cfg := Config{DoTrain: true, SavedModel: fakeModel(t, 100, 100, 64), MaxSeqLength: 64,
 			DataDir: dataDir(t, "train.tsv"), OutputDir: t.TempDir()}

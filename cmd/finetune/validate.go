@@ -70,6 +70,17 @@ func validate(c *Config, rank int) (*inputs, error) {
 	var errs []string
 	bad := func(err error) { errs = append(errs, err.Error()) }
 	in := &inputs{}
+	// TensorFlow reads a checkpoint prefix as a glob pattern (a SavedModel's variables, ours, an
+	// init checkpoint; Python's tf.saved_model.load fails the same way), so a path with a
+	// pattern character would train and then fail to restore or export: refuse it up front.
+	for _, p := range []struct{ flag, path string }{
+		{"saved_model", c.SavedModel}, {"output_dir", c.OutputDir}, {"export_dir", c.ExportDir}, {"init_checkpoint", c.InitCheckpoint},
+	} {
+		if i := strings.IndexAny(p.path, globChars); i >= 0 {
+			bad(fmt.Errorf("--%s %s: TensorFlow reads checkpoint paths as glob patterns and %q is a pattern character there: choose a path without any of %s",
+				p.flag, p.path, p.path[i], globChars))
+		}
+	}
 
 	if st, err := os.Stat(filepath.Join(c.SavedModel, "saved_model.pb")); err != nil || st.IsDir() {
 		bad(fmt.Errorf("--saved_model %s: no saved_model.pb (export one with python -m bertgraph.exporter.export, or run `make model`)", c.SavedModel))
@@ -159,6 +170,9 @@ func validate(c *Config, rank int) (*inputs, error) {
 	}
 	return in, nil
 }
+
+// globChars are the characters TensorFlow's file matching (GetMatchingPaths) treats as a pattern.
+const globChars = `*?[\`
 
 // configDiff names the fields in which two BERT configs differ ("" when none).
 func configDiff(a, b bertConfig) string {
