@@ -62,8 +62,12 @@ func scaleInts[T int8 | uint8 | int32 | int64](v []T, f float64) {
 	}
 }
 
-// view reinterprets buf (whose length is a multiple of T's size) as a []T without copying.
+// view reinterprets buf (whose length is a multiple of T's size) as a []T without copying. An
+// empty buf (a tensor with a zero dimension) is an empty view: every operation on it is a no-op.
 func view[T any](buf []byte) []T {
+	if len(buf) == 0 {
+		return nil
+	}
 	var zero T
 	return unsafe.Slice((*T)(unsafe.Pointer(&buf[0])), len(buf)/int(unsafe.Sizeof(zero)))
 }
