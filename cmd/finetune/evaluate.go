@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
@@ -13,6 +14,7 @@ import (
 // evaluate runs dev.tsv through eval_step on rank 0 and writes eval_results.txt.
 func (j *job) evaluate(step int64) error {
 	c := &j.cfg
+	start := time.Now()
 	stream, r, err := evalStream(c, j.in.dev, j.conv, c.EvalBatchSize, c.MaxEvalExamples, true)
 	if err != nil {
 		return err
@@ -51,7 +53,8 @@ func (j *job) evaluate(step int64) error {
 	if err := writeEvalResults(path, res); err != nil {
 		return err
 	}
-	j.console.infof("***** Eval results ***** (%d examples of %s, %d bad lines skipped) -> %s", total.Examples, j.in.dev, r.Counts().Skipped, path)
+	j.console.infof("***** Eval results ***** (%d examples of %s, %d bad lines skipped, in %v) -> %s",
+		total.Examples, j.in.dev, r.Counts().Skipped, time.Since(start).Round(time.Millisecond), path)
 	j.console.infof("  eval_accuracy = %s", pyFloat32(res.Accuracy))
 	j.console.infof("  eval_loss = %s", pyFloat32(res.Loss))
 	j.console.infof("  global_step = %d", res.GlobalStep)
@@ -63,6 +66,7 @@ func (j *job) evaluate(step int64) error {
 // probabilities per real example.
 func (j *job) predict() error {
 	c := &j.cfg
+	start := time.Now()
 	stream, r, err := evalStream(c, j.in.test, j.conv, c.PredictBatchSize, c.MaxPredictExamples, false)
 	if err != nil {
 		return err
@@ -89,7 +93,8 @@ func (j *job) predict() error {
 		return err
 	}
 	// Unlike dev lines, test lines are never skipped (evalStream): every row is its line's.
-	j.console.infof("***** Predict results ***** (%d examples of %s, one row per line) -> %s", out.rows, j.in.test, path)
+	j.console.infof("***** Predict results ***** (%d examples of %s, one row per line, in %v) -> %s",
+		out.rows, j.in.test, time.Since(start).Round(time.Millisecond), path)
 	return nil
 }
 
