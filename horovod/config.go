@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -49,7 +50,8 @@ func WithCycleTime(d time.Duration) Option { return func(c *config) { c.cycleTim
 func WithTimeline(path string) Option { return func(c *config) { c.timeline = path } }
 
 // WithStallCheck sets the stall warning time (HOROVOD_STALL_CHECK_TIME_SECONDS) and the abort time
-// (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 disables either.
+// (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 disables either. A shutdown time shorter than the
+// warning time never aborts, as in Horovod: Init says so in the log of rank 0.
 func WithStallCheck(warn, shutdown time.Duration) Option {
 	return func(c *config) { c.stallCheck, c.stallShutdown = warn, shutdown }
 }
@@ -99,8 +101,17 @@ func configFromEnv() (config, error) {
 	durVar("HOROVOD_CYCLE_TIME", time.Millisecond, &c.cycleTime)
 	durVar("HOROVOD_STALL_CHECK_TIME_SECONDS", time.Second, &c.stallCheck)
 	durVar("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", time.Second, &c.stallShutdown)
-	if v := os.Getenv("HOROVOD_STALL_CHECK_DISABLE"); v != "" && v != "0" {
-		c.stallCheck, c.stallShutdown = 0, 0
+	// Horovod disables the check when strtol reads a positive integer. A value it would read as
+	// 0 without being a number ("true", "false", "yes") is refused here rather than silently
+	// keeping the check on as Horovod does: whoever wrote "true" meant to disable it.
+	if v, ok := os.LookupEnv("HOROVOD_STALL_CHECK_DISABLE"); ok && v != "" && err == nil {
+		n, e := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if e != nil {
+			err = fmt.Errorf("horovod: HOROVOD_STALL_CHECK_DISABLE=%q: want an integer (Horovod disables the stall check when it is positive, so 1; true or false are not read as such)", v)
+		}
+		if n > 0 {
+			c.stallCheck, c.stallShutdown = 0, 0
+		}
 	}
 	// The MPI backend reads its wait itself when it opens; checked here too, a bad value is the
 	// configuration error it is, before MPI starts, rather than a failure to initialize MPI.
@@ -142,4 +153,18 @@ func detectLauncher() (launcher, error) {
 
 func newLogger(w io.Writer, rank int) *log.Logger {
 	return log.New(w, fmt.Sprintf("horovod[%d]: ", rank), log.LstdFlags|log.Lmsgprefix)
+}
+
+// stallShutdownIgnored is logged by Init on rank 0 when the shutdown time is shorter than the
+// warning time: Horovod's words, and its behaviour (no shutdown at all).
+const stallShutdownIgnored = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is less than HOROVOD_STALL_CHECK_TIME_SECONDS, will not shutdown."
+
+// settleStallTimes applies Horovod's rule that a stall shutdown time shorter than the warning time
+// turns the shutdown off. It reports whether it did.
+func (c *config) settleStallTimes() bool {
+	if c.stallShutdown > 0 && c.stallShutdown < c.stallCheck {
+		c.stallShutdown = 0
+		return true
+	}
+	return false
 }

@@ -69,8 +69,12 @@ func Init(opts ...Option) (*Horovod, error) {
 			return nil, err
 		}
 	}
+	shutdownIgnored := cfg.settleStallTimes()
 	h := &Horovod{topo: control.Topology(), cfg: cfg}
 	h.log = newLogger(cfg.logOutput, h.topo.Rank)
+	if shutdownIgnored && h.topo.Rank == 0 {
+		h.log.Print(stallShutdownIgnored)
+	}
 	// The local steps can fail on some ranks only (no GPU here, a timeline path only rank 0 opens).
 	// A rank that gave up alone would leave the others waiting for it in their first collective, so
 	// the ranks agree on the outcome first, and only a job where every rank is ready starts its loop.

@@ -2,58 +2,84 @@ package horovod
 
 import (
 	"fmt"
-	"strconv"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
 
+// maxStallNames is how many stalled operations a stall report names per missing rank, as in
+// Horovod: a model with hundreds of gradients would otherwise log hundreds of lines per check.
+const maxStallNames = 6
+
 // inspectStalls is Horovod's stall inspector. Operations that some ranks have submitted and others
-// have not for longer than the stall-check time are reported by rank 0, naming each operation and
-// the ranks missing it; past the shutdown time (when set) the job is aborted, since ranks that
-// submit different operations would otherwise wait forever.
+// have not for longer than the stall-check time are reported by rank 0, grouped by missing rank
+// as Horovod does ("1: [a, b, c]"); past the shutdown time (when set) the job is aborted, since
+// ranks that submit different operations would otherwise wait forever. Init has already turned
+// the shutdown off when it is shorter than the check time, as Horovod does.
 func (c *controller) inspectStalls(now time.Time) {
 	warn, abort := c.h.cfg.stallCheck, c.h.cfg.stallShutdown
 	if warn == 0 && abort == 0 {
 		return
 	}
 	threshold := warn
-	if threshold == 0 || abort > 0 && abort < threshold {
+	if threshold == 0 {
 		threshold = abort
 	}
-	var lines []string
-	var oldest time.Duration
+	missing := map[int][]string{} // rank -> stalled operations it has not submitted
+	pastAbort := map[int]bool{}   // ranks missing an operation older than the shutdown time
 	for _, name := range c.order {
 		e := c.table[name]
 		age := now.Sub(e.firstSeen)
 		if age < threshold {
 			continue
 		}
-		oldest = max(oldest, age)
-		var missing []string
-		var kind opKind
 		for r, s := range e.specs {
 			if s == nil && c.joinedAt[r] < 0 {
-				missing = append(missing, strconv.Itoa(r))
-			} else if s != nil {
-				kind = s.kind
+				missing[r] = append(missing[r], name)
+				if abort > 0 && age >= abort {
+					pastAbort[r] = true
+				}
 			}
 		}
-		lines = append(lines, fmt.Sprintf("  %s %q (waiting %v): missing ranks %s",
-			kind, name, age.Round(time.Second), strings.Join(missing, ",")))
 	}
-	if lines == nil {
+	if len(missing) == 0 {
 		return
 	}
-	report := strings.Join(lines, "\n")
-	if abort > 0 && oldest >= abort {
-		c.h.log.Printf("aborting the job: operations stalled for more than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (%v):\n%s", abort, report)
+	report := stallReport(missing, pastAbort)
+	if len(pastAbort) > 0 {
+		c.h.log.Printf("aborting the job: ranks marked \"!\" have not submitted operations that others "+
+			"submitted more than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (%v) ago. Missing ranks:\n%s", abort, report)
 		c.control.Abort(1)
 	}
 	if c.rank == 0 && warn > 0 && now.Sub(c.lastWarn) >= warn {
 		c.lastWarn = now
 		c.h.log.Printf("stall: operations submitted by some ranks have waited more than %v for the others "+
-			"(ranks that submit different operations, or skip one, deadlock here):\n%s", warn, report)
+			"(ranks that submit different operations, or skip one, deadlock here). Missing ranks:\n%s", warn, report)
 	}
+}
+
+// stallReport lays out the stalled operations by missing rank, as Horovod does: one line per rank
+// in rank order, at most maxStallNames names each in name order, "!" after a rank past the
+// shutdown time.
+func stallReport(missing map[int][]string, pastAbort map[int]bool) string {
+	ranks := slices.Sorted(maps.Keys(missing))
+	var b strings.Builder
+	for i, r := range ranks {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		names := slices.Sorted(slices.Values(missing[r]))
+		mark := ""
+		if pastAbort[r] {
+			mark = "!"
+		}
+		fmt.Fprintf(&b, "%d%s: [%s]", r, mark, strings.Join(names[:min(len(names), maxStallNames)], ", "))
+		if len(names) > maxStallNames {
+			fmt.Fprintf(&b, " and %d more", len(names)-maxStallNames)
+		}
+	}
+	return b.String()
 }
 
 // watchdog catches what the stall inspector cannot: a backend call that never returns because a
