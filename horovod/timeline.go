@@ -155,7 +155,13 @@ func (t *timeline) close() error {
 
 func upper(k opKind) string { return strings.ToUpper(k.String()) }
 
-// backendPhase names the wire phase of an operation, e.g. MPI_ALLREDUCE or NCCL_ALLREDUCE.
+// backendPhase names the wire phase of an operation as Horovod's timeline does: MPI_ALLREDUCE,
+// NCCL_ALLGATHER, and for broadcast the collective's own name, MPI_BCAST or NCCL_BCAST (while the
+// negotiation and the operation itself are NEGOTIATE_BROADCAST and BROADCAST there too).
 func (c *controller) backendPhase(k opKind) string {
-	return strings.ToUpper(c.data.Name()) + "_" + upper(k)
+	op := upper(k)
+	if k == kindBroadcast {
+		op = "BCAST"
+	}
+	return strings.ToUpper(c.data.Name()) + "_" + op
 }

@@ -105,11 +105,12 @@ func TestDeadRankEndsTheJob(t *testing.T) {
 
 func TestStalledRankIsReportedThenAborts(t *testing.T) {
 	out := runFailingJob(t, "skip", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=4")
-	expectOutput(t, out, "horovod[0]: stall:", `allreduce "step"`, "missing ranks 2", "aborting the job", "MPI_ABORT")
+	expectOutput(t, out, "horovod[0]: stall:", "Missing ranks:\n2: [step]", "aborting the job", "Missing ranks:\n2!: [step]", "MPI_ABORT")
 }
 
 func TestFrozenRankTripsTheWatchdog(t *testing.T) {
-	out := runFailingJob(t, "freeze", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3")
+	// As in Horovod, a shutdown time under the check time (60s by default) would never shut down.
+	out := runFailingJob(t, "freeze", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3")
 	expectOutput(t, out, "aborting the job", "has not completed in", "a rank has probably died or hung")
 }
 

@@ -142,7 +142,7 @@ func checkTimeline(path string) error {
 	}
 	var missing []string
 	for _, p := range []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
-		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BROADCAST", "MPI_ALLGATHER"} {
+		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BCAST", "MPI_ALLGATHER"} {
 		if !seen[p] {
 			missing = append(missing, p)
 		}
