@@ -13,8 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gorovod/gorovod/bertgraph/features"
-	"github.com/gorovod/gorovod/bertgraph/tokenizer"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -202,23 +200,7 @@ func testClassifier(t *testing.T, dir string, m *Model) {
 		t.Fatal(err)
 	}
 	// Reference: the same texts through the tokenizer, features and the training model's predict.
-	tok, err := tokenizer.Load(m.VocabPath(), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conv, err := features.NewConverter(tok, seqLength, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	examples := make([]features.InputExample, len(texts))
-	for i, s := range texts {
-		examples[i] = features.InputExample{GUID: fmt.Sprint(i), TextA: s}
-	}
-	batch, err := conv.ConvertBatch(examples, len(texts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := m.Predict(batch)
+	ref, err := m.Predict(convert(t, m.VocabPath(), true, texts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/datatests"
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tokenizer"
 )
 
 func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
@@ -104,6 +106,24 @@ func writeVocab(t *testing.T, path string, n int) {
 	if err := os.WriteFile(path, []byte(strings.Join(tokens, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// binaryConverter is a converter of seq tokens for labels 0 and 1 over a vocabulary of n tokens
+// (writeVocab's) written in dir; it returns the vocabulary's path too.
+func binaryConverter(t *testing.T, dir string, n, seq int) (*features.Converter, string) {
+	t.Helper()
+	vocab := filepath.Join(dir, "vocab.txt")
+	writeVocab(t, vocab, n)
+	tok, err := tokenizer.Load(vocab, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, _ := features.NewLabels([]string{"0", "1"})
+	conv, err := features.NewConverter(tok, seq, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conv, vocab
 }
 
 func dataDir(t *testing.T, files ...string) string {

@@ -18,20 +18,10 @@ import (
 // and is reused only while everything it depends on stays the same.
 func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 	dir := t.TempDir()
-	vocab := filepath.Join(dir, "vocab.txt")
-	writeVocab(t, vocab, 50)
+	conv, vocab := binaryConverter(t, dir, 50, 8)
 	train := filepath.Join(dir, "train.tsv")
 	lines := "0\tw5 w6\n1\tw7\n0\tw8 w9 w10\n1\tw11\n0\tw12\n1\tw13 w14\n0\tw15\n1\tw16\n0\tw17\n1\tw18\n"
 	os.WriteFile(train, []byte(lines), 0o644)
-	tok, err := tokenizer.Load(vocab, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels, _ := features.NewLabels([]string{"0", "1"})
-	conv, err := features.NewConverter(tok, 8, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
 	in := &inputs{train: train, vocabPath: vocab, rankDir: filepath.Join(dir, "out")}
 	os.MkdirAll(in.rankDir, 0o755)
 	c := &Config{MaxSeqLength: 8, DoLowerCase: true}
@@ -61,9 +51,13 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cls, _ := tok.Vocab().ID("[CLS]")
-	sep, _ := tok.Vocab().ID("[SEP]")
-	w7, _ := tok.Vocab().ID("w7")
+	voc, err := tokenizer.LoadVocab(vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, _ := voc.ID("[CLS]")
+	sep, _ := voc.ID("[SEP]")
+	w7, _ := voc.ID("w7")
 	if feat.LabelID != 1 || feat.InputIDs[0] != cls || feat.InputIDs[1] != w7 || feat.InputIDs[2] != sep || feat.InputMask[3] != 0 {
 		t.Fatalf("first record %+v", feat)
 	}
@@ -74,8 +68,7 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 	os.WriteFile(train, []byte(lines+"0\tw19\n1\tw20\n"), 0o644) // the file changed
 	check(false, 3)
 	c.MaxSeqLength = 16
-	conv16, _ := features.NewConverter(tok, 16, labels)
-	conv = conv16
+	conv, _ = binaryConverter(t, t.TempDir(), 50, 16) // the same vocabulary, 16 tokens
 	check(false, 3)
 	// A conversion killed before its key was written is not reused.
 	os.Remove(path + ".key.json")
@@ -104,17 +97,7 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 // test.tsv, which is how a GLUE submission is matched.
 func TestSkipBadLinesNeverSkipsTestLines(t *testing.T) {
 	dir := t.TempDir()
-	vocab := filepath.Join(dir, "vocab.txt")
-	writeVocab(t, vocab, 20)
-	tok, err := tokenizer.Load(vocab, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels, _ := features.NewLabels([]string{"0", "1"})
-	conv, err := features.NewConverter(tok, 8, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conv, _ := binaryConverter(t, dir, 20, 8)
 	bad := []byte("1\tw5 w6\n\n0\tw7\n") // line 2 is blank
 	dev, test := filepath.Join(dir, "dev.tsv"), filepath.Join(dir, "test.tsv")
 	os.WriteFile(dev, bad, 0o644)

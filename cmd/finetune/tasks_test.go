@@ -251,17 +251,7 @@ func streamFeatures(t *testing.T, c *Config, path string, conv *features.Convert
 // The seed task's test.tsv may leave the labels out: the texts convert as with them.
 func TestSeedTestFileWithOrWithoutLabels(t *testing.T) {
 	dir := t.TempDir()
-	vocab := filepath.Join(dir, "vocab.txt")
-	writeVocab(t, vocab, 20)
-	tok, err := tokenizer.Load(vocab, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels, _ := features.NewLabels([]string{"0", "1"})
-	conv, err := features.NewConverter(tok, 8, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conv, _ := binaryConverter(t, dir, 20, 8)
 	labelled := filepath.Join(dir, "labelled.tsv")
 	bare := filepath.Join(dir, "bare.tsv")
 	os.WriteFile(labelled, []byte("1\tw5 w6\n0\tw7\tw8\n"), 0o644)
