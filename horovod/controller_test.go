@@ -29,6 +29,8 @@ func TestAllreduceOpsAndScaling(t *testing.T) {
 			{AllreduceOptions{}, []float32{1, -1, 2, 10}},
 			{AllreduceOptions{Op: Min}, []float32{0, -2, 0, 10}},
 			{AllreduceOptions{Op: Max}, []float32{2, 0, 4, 10}},
+			{AllreduceOptions{Op: Product}, []float32{0, 0, 0, 1000}},
+			{AllreduceOptions{Op: Product, Prescale: 0.5}, []float32{0, 0, 0, 125}},
 			{AllreduceOptions{Op: Sum, Prescale: 0.5, Postscale: 4}, []float32{6, -6, 12, 60}},
 			{AllreduceOptions{Op: Average, Postscale: 3}, []float32{3, -3, 6, 30}},
 		} {

@@ -16,6 +16,8 @@ const (
 	Sum
 	Min
 	Max
+	// Product multiplies across ranks (Horovod's hvd.Product, MPI_PROD, ncclProd).
+	Product
 )
 
 func (o ReduceOp) String() string {
@@ -28,6 +30,8 @@ func (o ReduceOp) String() string {
 		return "min"
 	case Max:
 		return "max"
+	case Product:
+		return "product"
 	}
 	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
 }
@@ -39,6 +43,8 @@ func (o ReduceOp) backendOp() backend.ReduceOp {
 		return backend.Min
 	case Max:
 		return backend.Max
+	case Product:
+		return backend.Product
 	}
 	return backend.Sum
 }

@@ -100,6 +100,8 @@ func (l loopRank) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 				acc[i] = math.Min(acc[i], v)
 			case op == backend.Max:
 				acc[i] = math.Max(acc[i], v)
+			case op == backend.Product:
+				acc[i] *= v
 			}
 		}
 	}

@@ -37,7 +37,7 @@ func (h *Horovod) allreduceRequest(name, group string, groupSize int, t Tensor, 
 	if err := checkOperand("allreduce", name, t); err != nil {
 		return nil, err
 	}
-	if o.Op > Max {
+	if o.Op > Product {
 		return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
 	}
 	pre, post := o.factors()

@@ -82,6 +82,7 @@ const (
 	Sum ReduceOp = iota + 1
 	Min
 	Max
+	Product
 )
 
 func (o ReduceOp) String() string {
@@ -92,6 +93,8 @@ func (o ReduceOp) String() string {
 		return "min"
 	case Max:
 		return "max"
+	case Product:
+		return "product"
 	}
 	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
 }

@@ -19,7 +19,8 @@ var (
 )
 
 // allreduceInput is rank r's tensor: 2(r+1)k with k cycling through -3..3, so that the sum
-// (k·size·(size+1)), the average (k·(size+1)), the min and the max are exact in every dtype.
+// (k·size·(size+1)), the average (k·(size+1)), the min, the max and the product ((2k)^size·size!)
+// are exact in every dtype.
 func allreduceInput(rank, n int) (vals, ks []float64) {
 	vals, ks = make([]float64, n), make([]float64, n)
 	for i := range vals {
@@ -35,7 +36,7 @@ func TestAllreduceExact(t *testing.T) {
 		for _, shape := range shapes {
 			n := numElements(shape)
 			in, ks := allreduceInput(hvd.Rank(), n)
-			for _, op := range []horovod.ReduceOp{horovod.Sum, horovod.Average, horovod.Min, horovod.Max} {
+			for _, op := range []horovod.ReduceOp{horovod.Sum, horovod.Average, horovod.Min, horovod.Max, horovod.Product} {
 				want := make([]float64, n)
 				for i, k := range ks {
 					switch op {
@@ -47,6 +48,8 @@ func TestAllreduceExact(t *testing.T) {
 						want[i] = math.Min(2*k, 2*k*size)
 					case horovod.Max:
 						want[i] = math.Max(2*k, 2*k*size)
+					case horovod.Product:
+						want[i] = math.Pow(2*k, size) * math.Gamma(size+1)
 					}
 				}
 				name := fmt.Sprintf("exact/%v/%v/%v", dt, shape, op)
@@ -303,7 +306,7 @@ func TestMatchesRawMPI(t *testing.T) {
 		t.Skip("raw MPI reference needs mpirun")
 	}
 	for _, dt := range []backend.DType{backend.Int32, backend.Int64, backend.Float32, backend.Float64} {
-		for _, op := range []horovod.ReduceOp{horovod.Sum, horovod.Min, horovod.Max} {
+		for _, op := range []horovod.ReduceOp{horovod.Sum, horovod.Min, horovod.Max, horovod.Product} {
 			key := dt.String() + "/" + op.String()
 			in := rawInput(dt, hvd.Rank(), rawN)
 			whole, err := hvd.Allreduce("raw/"+key, horovod.Tensor{DType: dt, Shape: []int{rawN}, Data: in}, horovod.AllreduceOptions{Op: op})

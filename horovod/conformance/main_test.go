@@ -78,7 +78,7 @@ func rawReferences(comm *mpi.Comm) error {
 		return err
 	}
 	for _, dt := range []backend.DType{backend.Int32, backend.Int64, backend.Float32, backend.Float64} {
-		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max} {
+		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max, backend.Product} {
 			in := rawInput(dt, rank, rawN)
 			out := make([]byte, len(in))
 			comm.Do(func() { err = rawmpi.Allreduce(in, out, dt, op) })

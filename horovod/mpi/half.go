@@ -39,6 +39,10 @@ func hvdHalfReduce(in, inout unsafe.Pointer, n C.int, op C.int) {
 			for i := range y {
 				y[i] = float32(math.Max(float64(x[i]), float64(y[i])))
 			}
+		case backend.Product:
+			for i := range y {
+				y[i] *= x[i]
+			}
 		}
 		fp16.EncodeFloat32(b[off:off+m], y)
 	}

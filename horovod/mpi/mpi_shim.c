@@ -9,7 +9,7 @@
 
 static MPI_Comm world = MPI_COMM_NULL;
 static MPI_Datatype half_type = MPI_DATATYPE_NULL;
-static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL;
+static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL, half_prod = MPI_OP_NULL;
 static int we_initialized = 0;
 
 // The float16 operators call back into Go (package fp16, with its F16C path) once per block that
@@ -30,6 +30,11 @@ static void half_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 static void half_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 	(void)dt;
 	hvdHalfReduce(in, inout, *len, HVD_MAX);
+}
+
+static void half_prod_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+	(void)dt;
+	hvdHalfReduce(in, inout, *len, HVD_PROD);
 }
 
 int hvd_mpi_init(hvd_topology *topo) {
@@ -69,6 +74,7 @@ int hvd_mpi_init(hvd_topology *topo) {
 	MPI_Op_create(half_sum_fn, 1, &half_sum);
 	MPI_Op_create(half_min_fn, 1, &half_min);
 	MPI_Op_create(half_max_fn, 1, &half_max);
+	MPI_Op_create(half_prod_fn, 1, &half_prod);
 	return MPI_SUCCESS;
 }
 
@@ -91,6 +97,7 @@ static MPI_Op mpi_op(int dtype, int op) {
 		case HVD_SUM: return half_sum;
 		case HVD_MIN: return half_min;
 		case HVD_MAX: return half_max;
+		case HVD_PROD: return half_prod;
 		}
 		return MPI_OP_NULL;
 	}
@@ -98,6 +105,7 @@ static MPI_Op mpi_op(int dtype, int op) {
 	case HVD_SUM: return MPI_SUM;
 	case HVD_MIN: return MPI_MIN;
 	case HVD_MAX: return MPI_MAX;
+	case HVD_PROD: return MPI_PROD;
 	}
 	return MPI_OP_NULL;
 }
@@ -154,6 +162,7 @@ int hvd_mpi_finalize(void) {
 	MPI_Op_free(&half_sum);
 	MPI_Op_free(&half_min);
 	MPI_Op_free(&half_max);
+	MPI_Op_free(&half_prod);
 	MPI_Type_free(&half_type);
 	MPI_Comm_free(&world);
 	if (!we_initialized) return MPI_SUCCESS;

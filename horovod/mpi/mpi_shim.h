@@ -9,7 +9,7 @@
 // Element types, in the numbering of horovod/backend.DType.
 enum { HVD_UINT8 = 1, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64 };
 // Reductions, in the numbering of horovod/backend.ReduceOp.
-enum { HVD_SUM = 1, HVD_MIN, HVD_MAX };
+enum { HVD_SUM = 1, HVD_MIN, HVD_MAX, HVD_PROD };
 
 typedef struct {
 	int rank, size, local_rank, local_size, cross_rank, cross_size;

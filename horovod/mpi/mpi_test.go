@@ -63,7 +63,7 @@ func TestFloat16Operators(t *testing.T) {
 	topo := need(t)
 	r, n := float32(topo.Rank), float32(topo.Size)
 	inf := float32(math.Inf(1))
-	// Per element: a value per rank, and the sum, min and max over ranks.
+	// Per element: a value per rank, and the sum, min, max and product over ranks.
 	in := halves(r, -r*0.5, 1000*r, 0.25, r)
 	last := float32(0)
 	if topo.Rank == topo.Size-1 {
@@ -73,17 +73,21 @@ func TestFloat16Operators(t *testing.T) {
 	sum := []float32{n * (n - 1) / 2, -n * (n - 1) / 4, 1000 * n * (n - 1) / 2, 0.25 * n, n * (n - 1) / 2, inf}
 	lo := []float32{0, -(n - 1) * 0.5, 0, 0.25, 0, 0}
 	hi := []float32{n - 1, 0, 1000 * (n - 1), 0.25, n - 1, inf}
+	prod := []float32{0, 0, 0, float32(math.Pow(0.25, float64(n))), 0, inf}
+	if n > 1 {
+		prod[5] = float32(math.NaN()) // 0·inf
+	}
 	for _, c := range []struct {
 		op   backend.ReduceOp
 		want []float32
-	}{{backend.Sum, sum}, {backend.Min, lo}, {backend.Max, hi}} {
+	}{{backend.Sum, sum}, {backend.Min, lo}, {backend.Max, hi}, {backend.Product, prod}} {
 		out := make([]byte, len(in))
 		if err := comm.Allreduce(in, out, backend.Float16, c.op); err != nil {
 			t.Fatal(err)
 		}
 		got := floats(out)
 		for i := range got {
-			if got[i] != c.want[i] {
+			if got[i] != c.want[i] && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(c.want[i]))) {
 				t.Errorf("%v: element %d is %v, want %v (all: %v)", c.op, i, got[i], c.want[i], got)
 				break
 			}

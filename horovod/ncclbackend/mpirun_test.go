@@ -87,7 +87,13 @@ func TestAgainstMPIUnderMpirun(t *testing.T) {
 	}
 	for _, dt := range []backend.DType{backend.Float32, backend.Float16, backend.Float64, backend.Int32, backend.Int64} {
 		send := encode(dt, 1001)
-		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max} {
+		ops := []backend.ReduceOp{backend.Sum, backend.Min, backend.Max, backend.Product}
+		if dt == backend.Float16 {
+			// A product of these values over more than two ranks can round in float16, and then
+			// depends on the order the backend multiplies in.
+			ops = ops[:3]
+		}
+		for _, op := range ops {
 			check("allreduce "+dt.String()+" "+op.String(), reduce(b, send, dt, op), reduce(ctl, send, dt, op))
 		}
 	}

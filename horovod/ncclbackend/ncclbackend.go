@@ -258,6 +258,8 @@ func ncclOp(op backend.ReduceOp) (nccl.RedOp, error) {
 		return nccl.Min, nil
 	case backend.Max:
 		return nccl.Max, nil
+	case backend.Product:
+		return nccl.Prod, nil
 	}
 	return 0, fmt.Errorf("ncclbackend: unknown reduction %v", op)
 }

@@ -247,7 +247,7 @@ func TestDataTypeMapping(t *testing.T) {
 			t.Errorf("%v -> %v, %v", dt, got, err)
 		}
 	}
-	for op, w := range map[backend.ReduceOp]nccl.RedOp{backend.Sum: nccl.Sum, backend.Min: nccl.Min, backend.Max: nccl.Max} {
+	for op, w := range map[backend.ReduceOp]nccl.RedOp{backend.Sum: nccl.Sum, backend.Min: nccl.Min, backend.Max: nccl.Max, backend.Product: nccl.Prod} {
 		if got, err := ncclOp(op); got != w || err != nil {
 			t.Errorf("%v -> %v, %v", op, got, err)
 		}

@@ -25,6 +25,7 @@ static MPI_Op raw_op(int op) {
 	case 1: return MPI_SUM;
 	case 2: return MPI_MIN;
 	case 3: return MPI_MAX;
+	case 4: return MPI_PROD;
 	}
 	return MPI_OP_NULL;
 }
