@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -324,22 +325,18 @@ func (o *options) validate() error {
 }
 
 func findFlag(name string) *flagSpec {
-	for i := range flagSpecs {
-		for _, n := range flagSpecs[i].names {
-			if n == name {
-				return &flagSpecs[i]
-			}
-		}
-	}
-	return nil
+	return findNamed(flagSpecs, name, func(f *flagSpec) []string { return f.names })
 }
 
 func findRefused(name string) *refusedFlag {
-	for i := range refusedFlags {
-		for _, n := range refusedFlags[i].names {
-			if n == name {
-				return &refusedFlags[i]
-			}
+	return findNamed(refusedFlags, name, func(r *refusedFlag) []string { return r.names })
+}
+
+// findNamed returns the item one of whose names is name, nil when none is.
+func findNamed[T any](items []T, name string, names func(*T) []string) *T {
+	for i := range items {
+		if slices.Contains(names(&items[i]), name) {
+			return &items[i]
 		}
 	}
 	return nil
