@@ -105,7 +105,9 @@ func TestDeadRankEndsTheJob(t *testing.T) {
 
 func TestStalledRankIsReportedThenAborts(t *testing.T) {
 	out := runFailingJob(t, "skip", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=4")
-	expectOutput(t, out, "horovod[0]: stall:", "Missing ranks:\n2: [step]", "aborting the job", "Missing ranks:\n2!: [step]", "MPI_ABORT")
+	// Not Open MPI's "MPI_ABORT was invoked" banner: when every rank aborts at once mpirun may
+	// print ORTE errors instead (seen once in three runs); runFailingJob requires the failed exit.
+	expectOutput(t, out, "horovod[0]: stall:", "Missing ranks:\n2: [step]", "aborting the job", "Missing ranks:\n2!: [step]")
 }
 
 func TestFrozenRankTripsTheWatchdog(t *testing.T) {
