@@ -6,19 +6,18 @@ import (
 	"log"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
-	"github.com/gorovod/gorovod/horovod/mpi/mpiwait"
+	"github.com/gorovod/gorovod/horovod/envconfig"
 )
 
 // Defaults, as in Horovod.
 const (
-	DefaultFusionThreshold = 128 << 20
-	DefaultCycleTime       = time.Millisecond
-	DefaultStallCheckTime  = 60 * time.Second
-	DefaultCacheCapacity   = 1024
+	DefaultFusionThreshold = envconfig.DefaultFusionThreshold
+	DefaultCycleTime       = envconfig.DefaultCycleTime
+	DefaultStallCheckTime  = envconfig.DefaultStallCheckTime
+	DefaultCacheCapacity   = envconfig.DefaultCacheCapacity
 )
 
 // config is what Init runs with: the HOROVOD_* environment, then Options on top.
@@ -67,58 +66,23 @@ func WithBackend(b backend.Backend) Option { return func(c *config) { c.control 
 // negotiation stays on the control backend. open receives the control backend.
 func WithDataBackend(open backend.Opener) Option { return func(c *config) { c.data = open } }
 
-// configFromEnv reads the HOROVOD_* variables; a malformed value is an error naming the variable.
+// configFromEnv reads the HOROVOD_* variables (and GOROVOD_MPI_WAIT) with package envconfig,
+// the parser gorovodrun checks them with before it launches; a malformed value is an error
+// naming the variable.
 func configFromEnv() (config, error) {
-	c := config{
-		fusionThreshold: DefaultFusionThreshold,
-		cycleTime:       DefaultCycleTime,
-		cacheCapacity:   DefaultCacheCapacity,
-		timeline:        os.Getenv("HOROVOD_TIMELINE"),
-		stallCheck:      DefaultStallCheckTime,
+	s, err := envconfig.Read(os.LookupEnv)
+	if err != nil {
+		return config{}, err
+	}
+	return config{
+		fusionThreshold: s.FusionThreshold,
+		cycleTime:       s.CycleTime,
+		cacheCapacity:   s.CacheCapacity,
+		timeline:        s.Timeline,
+		stallCheck:      s.StallCheck,
+		stallShutdown:   s.StallShutdown,
 		logOutput:       os.Stderr,
-	}
-	var err error
-	intVar := func(name string, dst *int) {
-		if v, ok := os.LookupEnv(name); ok && err == nil {
-			n, e := strconv.Atoi(v)
-			if e != nil || n < 0 {
-				err = fmt.Errorf("horovod: %s=%q: want a non-negative integer", name, v)
-			}
-			*dst = n
-		}
-	}
-	durVar := func(name string, unit time.Duration, dst *time.Duration) {
-		if v, ok := os.LookupEnv(name); ok && err == nil {
-			f, e := strconv.ParseFloat(v, 64)
-			if e != nil || f < 0 {
-				err = fmt.Errorf("horovod: %s=%q: want a non-negative number", name, v)
-			}
-			*dst = time.Duration(f * float64(unit))
-		}
-	}
-	intVar("HOROVOD_FUSION_THRESHOLD", &c.fusionThreshold)
-	intVar("HOROVOD_CACHE_CAPACITY", &c.cacheCapacity)
-	durVar("HOROVOD_CYCLE_TIME", time.Millisecond, &c.cycleTime)
-	durVar("HOROVOD_STALL_CHECK_TIME_SECONDS", time.Second, &c.stallCheck)
-	durVar("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", time.Second, &c.stallShutdown)
-	// Horovod disables the check when strtol reads a positive integer. A value it would read as
-	// 0 without being a number ("true", "false", "yes") is refused here rather than silently
-	// keeping the check on as Horovod does: whoever wrote "true" meant to disable it.
-	if v, ok := os.LookupEnv("HOROVOD_STALL_CHECK_DISABLE"); ok && v != "" && err == nil {
-		n, e := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if e != nil {
-			err = fmt.Errorf("horovod: HOROVOD_STALL_CHECK_DISABLE=%q: want an integer (Horovod disables the stall check when it is positive, so 1; true or false are not read as such)", v)
-		}
-		if n > 0 {
-			c.stallCheck, c.stallShutdown = 0, 0
-		}
-	}
-	// The MPI backend reads its wait itself when it opens; checked here too, a bad value is the
-	// configuration error it is, before MPI starts, rather than a failure to initialize MPI.
-	if _, e := mpiwait.FromEnv(); e != nil && err == nil {
-		err = fmt.Errorf("horovod: %w", e)
-	}
-	return c, err
+	}, nil
 }
 
 // launcher describes the process manager that started this process, if any.

@@ -3,7 +3,6 @@ package horovod
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,48 +17,6 @@ func TestBadMPIWaitIsAConfigurationError(t *testing.T) {
 	_, err := Init()
 	if err == nil || err.Error() != `horovod: GOROVOD_MPI_WAIT="bogus": want sleep or spin` {
 		t.Fatalf("Init with GOROVOD_MPI_WAIT=bogus: %v", err)
-	}
-}
-
-// HOROVOD_STALL_CHECK_DISABLE disables the check when it is a positive integer, as Horovod's
-// strtol(value) > 0; a value that is not an integer is an error naming the variable, where
-// Horovod would read "true" as 0 and silently keep the check on.
-func TestStallCheckDisable(t *testing.T) {
-	for _, tc := range []struct {
-		value    string
-		disabled bool
-		err      bool
-	}{
-		{"1", true, false},
-		{"2", true, false},
-		{" 1", true, false},
-		{"0", false, false},
-		{"-1", false, false},
-		{"", false, false},
-		{"false", false, true},
-		{"true", false, true},
-		{"1abc", false, true},
-	} {
-		t.Setenv("HOROVOD_STALL_CHECK_DISABLE", tc.value)
-		t.Setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "120")
-		c, err := configFromEnv()
-		if tc.err {
-			if err == nil || !strings.Contains(err.Error(), "HOROVOD_STALL_CHECK_DISABLE="+strconv.Quote(tc.value)) {
-				t.Errorf("HOROVOD_STALL_CHECK_DISABLE=%q: err = %v, want one naming the variable", tc.value, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("HOROVOD_STALL_CHECK_DISABLE=%q: %v", tc.value, err)
-			continue
-		}
-		want := [2]time.Duration{DefaultStallCheckTime, 120 * time.Second}
-		if tc.disabled {
-			want = [2]time.Duration{}
-		}
-		if got := [2]time.Duration{c.stallCheck, c.stallShutdown}; got != want {
-			t.Errorf("HOROVOD_STALL_CHECK_DISABLE=%q: check, shutdown = %v, want %v", tc.value, got, want)
-		}
 	}
 }
 
