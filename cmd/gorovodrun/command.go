@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorovod/gorovod/horovod/mpi/mpiwait"
+	"github.com/gorovod/gorovod/horovod/envconfig"
 )
 
 // Variables forwarded to every rank with mpirun -x. mpirun starts its daemons on other machines
@@ -17,17 +17,6 @@ var (
 	forwardedPrefixes = []string{"HOROVOD_", "NCCL_", "GOROVOD_", "TF_"}
 	// forwardedNames: where the ranks find programs and libraries.
 	forwardedNames = []string{"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
-	// horovodReads: the HOROVOD_* variables gorovod's horovod package reads (horovod/config.go);
-	// any other is forwarded with a warning, since a rank will not act on it.
-	horovodReads = map[string]bool{
-		"HOROVOD_FUSION_THRESHOLD":            true,
-		"HOROVOD_CYCLE_TIME":                  true,
-		"HOROVOD_CACHE_CAPACITY":              true,
-		"HOROVOD_TIMELINE":                    true,
-		"HOROVOD_STALL_CHECK_DISABLE":         true,
-		"HOROVOD_STALL_CHECK_TIME_SECONDS":    true,
-		"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": true,
-	}
 )
 
 // mpirunArg is one setting gorovodrun gives mpirun. key names the setting, so that the same one
@@ -111,7 +100,7 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 			continue // the flag's value wins over the environment's
 		}
 		add(mpirunArg{"x:" + name, []string{"-x", name}})
-		if strings.HasPrefix(name, "HOROVOD_") && !horovodReads[name] {
+		if strings.HasPrefix(name, "HOROVOD_") && !envconfig.Reads(name) {
 			warnings = append(warnings, fmt.Sprintf("%s is forwarded, but gorovod's horovod package does not read it", name))
 		}
 	}
@@ -137,18 +126,55 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 	return append(argv, o.command...), warnings
 }
 
-// checkForwardedValues refuses a forwarded setting that every rank would refuse at its start
-// (GOROVOD_MPI_WAIT): one message before the launch instead of one per rank after it. The
-// HOROVOD_* variables gorovod's horovod package reads are checked by each rank's horovod.Init.
-func checkForwardedValues(env []string) error {
-	for _, kv := range env {
-		if name, value, _ := strings.Cut(kv, "="); name == mpiwait.Env {
-			if _, err := mpiwait.Sleeping(value); err != nil {
-				return fmt.Errorf("%v (every rank would refuse it)", err)
-			}
-		}
+// checkForwardedValues refuses a setting every rank's horovod.Init would refuse (the HOROVOD_*
+// variables horovod reads, GOROVOD_MPI_WAIT), read with horovod's own parser over the environment
+// the ranks get: one message before the launch instead of one per rank after mpirun started them
+// all and, under the sigkill timeout, took its time to end the failed job.
+func checkForwardedValues(o options, env []string) error {
+	if _, err := envconfig.Read(rankLookup(o, env)); err != nil {
+		return fmt.Errorf("%v (every rank would refuse it)", err)
 	}
 	return nil
+}
+
+// rankLookup looks a variable up in the environment mpirunCommand gives the ranks: a forwarded
+// variable of env, replaced by a tuning flag's value, each replaced by --mpi-args's -x (NAME=VALUE,
+// or NAME forwarding env's value).
+func rankLookup(o options, env []string) func(string) (string, bool) {
+	launching := map[string]string{}
+	ranks := map[string]string{}
+	for _, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if _, seen := launching[name]; !ok || seen {
+			continue // the first of a name is the one getenv, and so mpirun's -x, reads
+		}
+		launching[name] = value
+		if forwarded(name) {
+			ranks[name] = value
+		}
+	}
+	for _, s := range o.tuning {
+		ranks[s.name] = s.value
+	}
+	opts, _ := parseMpirunArgs("--mpi-args", o.mpiArgs)
+	for _, opt := range opts {
+		if opt.name != "x" {
+			continue
+		}
+		name, value, ok := strings.Cut(opt.values[0], "=")
+		if !ok {
+			value, ok = launching[name]
+		}
+		if ok {
+			ranks[name] = value
+		} else {
+			delete(ranks, name)
+		}
+	}
+	return func(name string) (string, bool) {
+		v, ok := ranks[name]
+		return v, ok
+	}
 }
 
 // forwardedVariables lists, sorted, the names of env's variables that travel to the ranks.

@@ -181,6 +181,44 @@ func TestLaunchBadInput(t *testing.T) {
 	}
 }
 
+// A setting every rank's horovod.Init would refuse exits 2 with horovod's message before mpirun
+// runs (a failed job would take the sigkill timeout twice to end); the tuning flag that replaces
+// the bad value launches, and the ranks see the flag's value.
+func TestLaunchRefusesWhatEveryRankWould(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "mpirun-ran")
+	if err := os.WriteFile(filepath.Join(dir, "mpirun"), []byte("#!/bin/sh\ntouch "+ran+"\necho 'mpirun (Open MPI) 4.1.6'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dryRun := range []bool{false, true} {
+		args := []string{"-np", "2", "true"}
+		if dryRun {
+			args = append([]string{"--dry-run"}, args...)
+		}
+		cmd := gorovodrun(t, 30*time.Second, args...)
+		cmd.Env = append(cmd.Env, "PATH="+dir, "HOROVOD_CYCLE_TIME=abc")
+		out, err := cmd.CombinedOutput()
+		want := `gorovodrun: horovod: HOROVOD_CYCLE_TIME="abc": want a non-negative number (every rank would refuse it)` + "\n"
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitUsage || string(out) != want {
+			t.Errorf("%v: %v, %q; want exit %d, %q", args, err, out, exitUsage, want)
+		}
+	}
+	if _, err := os.Stat(ran); !os.IsNotExist(err) {
+		t.Errorf("mpirun ran (%v)", err)
+	}
+
+	requireMpirun(t)
+	cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--cycle-time-ms", "2", "/bin/sh", "-c", "echo cycle=$HOROVOD_CYCLE_TIME")
+	cmd.Env = append(cmd.Env, "HOROVOD_CYCLE_TIME=abc")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("--cycle-time-ms 2 over HOROVOD_CYCLE_TIME=abc: %v\n%s", err, stderrOf(err))
+	}
+	if got, want := sortedLines(out), []string{"cycle=2", "cycle=2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ranks printed %q, want %q", got, want)
+	}
+}
+
 // Two machines simulated on this one (scripts/fake-nodes: a UTS namespace per host, started by
 // an rsh agent as mpirun would start ssh): each rank runs on the host -H or --hostfile gives its
 // slot, and sees the HOROVOD_* variables of the flags and of the environment, which cross to

@@ -40,7 +40,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		printUsage(stdout)
 		return 0
 	}
-	if err := checkForwardedValues(env); err != nil {
+	if err := checkForwardedValues(o, env); err != nil {
 		fmt.Fprintf(stderr, "gorovodrun: %v\n", err)
 		return exitUsage
 	}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -187,14 +189,67 @@ func TestDryRun(t *testing.T) {
 	if code := run([]string{"-np", "2", "--autotune", "prog"}, env, &out, &errOut); code != exitUsage || out.Len() != 0 {
 		t.Errorf("a refused flag: exit %d, printed %q", code, out.String())
 	}
-	// A GOROVOD_MPI_WAIT every rank would refuse is refused before the launch.
-	errOut.Reset()
-	bad := append(env, "GOROVOD_MPI_WAIT=bogus")
-	if code := run([]string{"--dry-run", "-np", "2", "prog"}, bad, &out, &errOut); code != exitUsage || out.Len() != 0 ||
-		!strings.Contains(errOut.String(), `gorovodrun: GOROVOD_MPI_WAIT="bogus": want sleep or spin`) {
-		t.Errorf("GOROVOD_MPI_WAIT=bogus: exit %d, printed %q, stderr %q", code, out.String(), errOut.String())
+}
+
+// A setting every rank's horovod.Init would refuse is refused before the launch, with horovod's
+// message (package envconfig, horovod's parser), as read in the environment the ranks would get:
+// a tuning flag or --mpi-args's -x NAME=VALUE replaces a bad value of the launching environment,
+// and --mpi-args's -x NAME forwards it again.
+func TestRefusesWhatEveryRankWould(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string // "" for a launch
+	}{
+		{[]string{"HOROVOD_CYCLE_TIME=abc"}, nil, `horovod: HOROVOD_CYCLE_TIME="abc": want a non-negative number`},
+		{[]string{"GOROVOD_MPI_WAIT=bogus"}, nil, `horovod: GOROVOD_MPI_WAIT="bogus": want sleep or spin`},
+		{[]string{"HOROVOD_STALL_CHECK_DISABLE=true"}, nil, `horovod: HOROVOD_STALL_CHECK_DISABLE="true": want an integer`},
+		{[]string{"HOROVOD_FUSION_THRESHOLD=64MB"}, nil, `horovod: HOROVOD_FUSION_THRESHOLD="64MB": want a non-negative integer`},
+		// The first of a name is the one mpirun forwards.
+		{[]string{"HOROVOD_CACHE_CAPACITY=-1", "HOROVOD_CACHE_CAPACITY=5"}, nil, `horovod: HOROVOD_CACHE_CAPACITY="-1": want a non-negative integer`},
+		{[]string{"HOROVOD_CACHE_CAPACITY=5", "HOROVOD_CACHE_CAPACITY=-1"}, nil, ""},
+		{[]string{"GOROVOD_MPI_WAIT=spin", "HOROVOD_CYCLE_TIME=0.5"}, nil, ""},
+		{[]string{"HOROVOD_CYCLE_TIME=abc"}, []string{"--cycle-time-ms", "2"}, ""},
+		{[]string{"HOROVOD_STALL_CHECK_DISABLE=true"}, []string{"--no-stall-check"}, ""},
+		{[]string{"HOROVOD_FUSION_THRESHOLD=64MB"}, []string{"--fusion-threshold-mb", "64"}, ""},
+		{[]string{"HOROVOD_CYCLE_TIME=abc"}, []string{"--mpi-args", "-x HOROVOD_CYCLE_TIME=2"}, ""},
+		{[]string{"GOROVOD_MPI_WAIT=bogus"}, []string{"--mpi-args=-x GOROVOD_MPI_WAIT=spin"}, ""},
+		{[]string{}, []string{"--mpi-args", "-x HOROVOD_CYCLE_TIME=abc"}, `horovod: HOROVOD_CYCLE_TIME="abc": want a non-negative number`},
+		{[]string{"HOROVOD_CYCLE_TIME=abc"}, []string{"--cycle-time-ms", "2", "--mpi-args", "-x HOROVOD_CYCLE_TIME"},
+			`horovod: HOROVOD_CYCLE_TIME="abc": want a non-negative number`},
+		// -x NAME of a variable the launching environment lacks: the ranks have none either.
+		{[]string{}, []string{"--mpi-args", "-x HOROVOD_CYCLE_TIME"}, ""},
+	} {
+		var out, errOut strings.Builder
+		args := append(append([]string{"--dry-run", "-np", "2"}, tc.args...), "prog")
+		code := run(args, append([]string{"PATH=/bin"}, tc.env...), &out, &errOut)
+		if tc.want == "" {
+			if code != 0 || out.Len() == 0 {
+				t.Errorf("%v %v: exit %d, stderr %q; want a launch", tc.env, tc.args, code, errOut.String())
+			}
+			continue
+		}
+		if code != exitUsage || out.Len() != 0 || !strings.HasPrefix(errOut.String(), "gorovodrun: "+tc.want) ||
+			!strings.HasSuffix(errOut.String(), " (every rank would refuse it)\n") {
+			t.Errorf("%v %v: exit %d, printed %q, stderr %q; want exit %d and %s", tc.env, tc.args, code, out.String(), errOut.String(), exitUsage, tc.want)
+		}
 	}
-	if code := run([]string{"--dry-run", "-np", "2", "prog"}, append(env, "GOROVOD_MPI_WAIT=spin"), &out, &errOut); code != 0 {
-		t.Errorf("GOROVOD_MPI_WAIT=spin: exit %d, stderr %q", code, errOut.String())
+}
+
+// gorovodrun stays pure Go: it reads horovod's settings through horovod/envconfig, never through
+// package horovod, which links MPI (horovod/mpi, cgo).
+func TestDoesNotLinkMPI(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/gorovod/gorovod/horovod/envconfig") {
+		t.Fatalf("go list -deps does not list horovod/envconfig:\n%s", out)
+	}
+	for _, p := range deps {
+		if p == "github.com/gorovod/gorovod/horovod/mpi" || p == "github.com/gorovod/gorovod/horovod" || p == "runtime/cgo" {
+			t.Errorf("gorovodrun depends on %s", p)
+		}
 	}
 }
