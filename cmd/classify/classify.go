@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/tf"
+)
+
+// defaultBatchSize is the Classifier's own session batch (bertgraph.ClassifierOptions'
+// MaxBatchSize 0); classify passes its batch size down so that one batch is one session run.
+const defaultBatchSize = 32
+
+// config is the command line.
+type config struct {
+	model     string
+	batchSize int
+	threads   int
+	header    bool
+	inputs    []string
+}
+
+// run is the command: it returns the exit status (0 success, 1 failure, 2 bad usage).
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "classify: %v\n", err)
+		return 2
+	}
+	if err := classify(cfg, stdin, stdout); err != nil {
+		fmt.Fprintf(stderr, "classify: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	cfg := &config{}
+	fs := flag.NewFlagSet("classify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: classify --model DIR [flags] [FILE|-]...\n\nClassifies one text per input line with a serving SavedModel exported by finetune and writes\nlabel<TAB>prob_1<TAB>...<TAB>prob_n per line, in input order.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.model, "model", "", "serving SavedModel `dir` (output_dir/export/<step>), or export/ itself to serve its highest numeric step (required)")
+	fs.IntVar(&cfg.batchSize, "batch_size", defaultBatchSize, "texts per session run")
+	fs.IntVar(&cfg.threads, "threads", 0, "TensorFlow intra-op threads (0: TensorFlow's default, one per core)")
+	fs.BoolVar(&cfg.header, "header", false, "write a header row label<TAB>prob_<name>... before the first result")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.model == "":
+		return nil, errors.New("--model is required (a serving export: output_dir/export/<step>, or output_dir/export)")
+	case cfg.batchSize < 1:
+		return nil, fmt.Errorf("--batch_size %d: must be at least 1", cfg.batchSize)
+	case cfg.threads < 0 || cfg.threads > 1<<20:
+		return nil, fmt.Errorf("--threads %d: must be 0 (TensorFlow's default) or a positive count", cfg.threads)
+	}
+	cfg.inputs = fs.Args()
+	if len(cfg.inputs) == 0 {
+		cfg.inputs = []string{"-"}
+	}
+	return cfg, nil
+}
+
+// classify opens every input first (a missing file fails before the model loads and before any
+// output), then streams the lines through the classifier one batch at a time.
+func classify(cfg *config, stdin io.Reader, stdout io.Writer) (err error) {
+	inputs := make([]input, 0, len(cfg.inputs))
+	defer func() {
+		for _, in := range inputs {
+			if in.close != nil {
+				err = errors.Join(err, in.close())
+			}
+		}
+	}()
+	for _, name := range cfg.inputs {
+		if name == "-" {
+			inputs = append(inputs, input{name: "standard input", r: stdin})
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("input: %w", err)
+		}
+		inputs = append(inputs, input{name: name, r: f, close: f.Close})
+	}
+
+	dir, err := resolveModel(cfg.model)
+	if err != nil {
+		return err
+	}
+	opts := bertgraph.ClassifierOptions{MaxBatchSize: cfg.batchSize}
+	if cfg.threads > 0 {
+		opts.Session = &tf.SessionOptions{IntraOpThreads: int32(cfg.threads)}
+	}
+	cl, err := bertgraph.LoadClassifier(dir, opts)
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", cfg.model, err)
+	}
+	defer func() { err = errors.Join(err, cl.Close()) }()
+
+	w := &writer{out: bufio.NewWriter(stdout), labels: cl.Labels(), header: cfg.header}
+	batch := make([]string, 0, cfg.batchSize)
+	var where []position // input position of each text in batch, for error messages
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		preds, err := cl.Predict(batch)
+		if err != nil {
+			return fmt.Errorf("classifying %s to %s: %w", where[0], where[len(where)-1], err)
+		}
+		if err := w.rows(preds); err != nil {
+			return err
+		}
+		batch, where = batch[:0], where[:0]
+		return nil
+	}
+	for _, in := range inputs {
+		r := bufio.NewReader(in.r)
+		for line := 1; ; line++ {
+			text, err := r.ReadString('\n')
+			if err != nil && err != io.EOF {
+				return fmt.Errorf("reading %s (line %d): %w", in.name, line, err)
+			}
+			if err == io.EOF && text == "" {
+				break
+			}
+			text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
+			batch = append(batch, text)
+			where = append(where, position{in.name, line})
+			if len(batch) == cfg.batchSize {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			if err == io.EOF {
+				break
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if err := w.out.Flush(); err != nil {
+		return fmt.Errorf("writing the results: %w", err)
+	}
+	return nil
+}
+
+type input struct {
+	name  string
+	r     io.Reader
+	close func() error
+}
+
+type position struct {
+	file string
+	line int
+}
+
+func (p position) String() string { return fmt.Sprintf("%s:%d", p.file, p.line) }
+
+// writer formats predictions as TSV rows; the header goes out with the first row.
+type writer struct {
+	out    *bufio.Writer
+	labels []string
+	header bool
+}
+
+func (w *writer) rows(preds []bertgraph.Prediction) error {
+	if w.header {
+		w.out.WriteString("label")
+		for _, name := range w.labels {
+			w.out.WriteString("\tprob_" + name)
+		}
+		w.out.WriteByte('\n')
+		w.header = false
+	}
+	var b []byte
+	for _, p := range preds {
+		b = append(b[:0], p.Label...)
+		for _, v := range p.Probabilities {
+			b = append(b, '\t')
+			b = strconv.AppendFloat(b, float64(v), 'g', -1, 32)
+		}
+		b = append(b, '\n')
+		if _, err := w.out.Write(b); err != nil {
+			return fmt.Errorf("writing the results: %w", err)
+		}
+	}
+	return nil
+}
+
+// resolveModel returns dir if it is a SavedModel, else the highest numeric version below it
+// (TensorFlow Serving's layout: export/<version>/saved_model.pb; other names are ignored).
+func resolveModel(dir string) (string, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("--model: %w", err)
+	}
+	if !info.IsDir() {
+		return "", fmt.Errorf("--model %s: not a directory", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "saved_model.pb")); err == nil {
+		return dir, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("--model: %w", err)
+	}
+	best, bestVersion := "", int64(-1)
+	for _, e := range entries {
+		v, err := strconv.ParseInt(e.Name(), 10, 64)
+		if err != nil || v < 0 || !e.IsDir() {
+			continue
+		}
+		if v > bestVersion {
+			best, bestVersion = e.Name(), v
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("--model %s: neither a SavedModel (no saved_model.pb) nor an export directory of numbered versions (finetune writes output_dir/export/<step>)", dir)
+	}
+	return filepath.Join(dir, best), nil
+}
