@@ -22,13 +22,8 @@ const (
 
 // config is what Init runs with: the HOROVOD_* environment, then Options on top.
 type config struct {
-	fusionThreshold int           // bytes; 0 disables fusion
-	cycleTime       time.Duration // longest wait before an idle negotiation round
-	cacheCapacity   int           // agreed signatures remembered; 0 disables the cache
-	timeline        string        // Chrome trace path written by rank 0; "" for none
-	stallCheck      time.Duration // 0 disables the stall warning
-	stallShutdown   time.Duration // 0 never aborts
-	logOutput       io.Writer
+	envconfig.Settings
+	logOutput io.Writer
 
 	control backend.Backend // nil: chosen from the launcher
 	data    backend.Opener  // nil: collectives go over the control backend
@@ -39,20 +34,20 @@ type Option func(*config)
 
 // WithFusionThreshold sets the fusion buffer size in bytes (HOROVOD_FUSION_THRESHOLD); 0 turns
 // fusion off.
-func WithFusionThreshold(bytes int) Option { return func(c *config) { c.fusionThreshold = bytes } }
+func WithFusionThreshold(bytes int) Option { return func(c *config) { c.FusionThreshold = bytes } }
 
 // WithCycleTime sets how long the background loop waits for work before an idle negotiation
 // round (HOROVOD_CYCLE_TIME, in milliseconds there).
-func WithCycleTime(d time.Duration) Option { return func(c *config) { c.cycleTime = d } }
+func WithCycleTime(d time.Duration) Option { return func(c *config) { c.CycleTime = d } }
 
 // WithTimeline makes rank 0 write a Chrome trace to path (HOROVOD_TIMELINE).
-func WithTimeline(path string) Option { return func(c *config) { c.timeline = path } }
+func WithTimeline(path string) Option { return func(c *config) { c.Timeline = path } }
 
 // WithStallCheck sets the stall warning time (HOROVOD_STALL_CHECK_TIME_SECONDS) and the abort time
 // (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 disables either. A shutdown time shorter than the
 // warning time never aborts, as in Horovod: Init says so in the log of rank 0.
 func WithStallCheck(warn, shutdown time.Duration) Option {
-	return func(c *config) { c.stallCheck, c.stallShutdown = warn, shutdown }
+	return func(c *config) { c.StallCheck, c.StallShutdown = warn, shutdown }
 }
 
 // WithLogOutput sends horovod's warnings somewhere other than standard error.
@@ -74,15 +69,7 @@ func configFromEnv() (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	return config{
-		fusionThreshold: s.FusionThreshold,
-		cycleTime:       s.CycleTime,
-		cacheCapacity:   s.CacheCapacity,
-		timeline:        s.Timeline,
-		stallCheck:      s.StallCheck,
-		stallShutdown:   s.StallShutdown,
-		logOutput:       os.Stderr,
-	}, nil
+	return config{Settings: s, logOutput: os.Stderr}, nil
 }
 
 // launcher describes the process manager that started this process, if any.
@@ -126,8 +113,8 @@ const stallShutdownIgnored = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is less than H
 // settleStallTimes applies Horovod's rule that a stall shutdown time shorter than the warning time
 // turns the shutdown off. It reports whether it did.
 func (c *config) settleStallTimes() bool {
-	if c.stallShutdown > 0 && c.stallShutdown < c.stallCheck {
-		c.stallShutdown = 0
+	if c.StallShutdown > 0 && c.StallShutdown < c.StallCheck {
+		c.StallShutdown = 0
 		return true
 	}
 	return false

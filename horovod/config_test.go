@@ -40,8 +40,8 @@ func TestStallShutdownShorterThanCheckIsOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		ignored := c.settleStallTimes()
-		if ignored != tc.ignored || c.stallShutdown.String() != tc.want {
-			t.Errorf("check %s shutdown %s: shutdown %v ignored=%v, want %s ignored=%v", tc.check, tc.shutdown, c.stallShutdown, ignored, tc.want, tc.ignored)
+		if ignored != tc.ignored || c.StallShutdown.String() != tc.want {
+			t.Errorf("check %s shutdown %s: shutdown %v ignored=%v, want %s ignored=%v", tc.check, tc.shutdown, c.StallShutdown, ignored, tc.want, tc.ignored)
 		}
 	}
 }

@@ -86,8 +86,8 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		cacheIndex: map[string]int{},
 		joinedAt:   slices.Repeat([]int{-1}, t.Size),
 	}
-	if h.cfg.timeline != "" && t.Rank == 0 {
-		tl, err := newTimeline(h.cfg.timeline)
+	if h.cfg.Timeline != "" && t.Rank == 0 {
+		tl, err := newTimeline(h.cfg.Timeline)
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +193,7 @@ func (c *controller) join() (int, error) {
 // loop is the background loop: wait for work or the cycle time, negotiate, execute, repeat.
 func (c *controller) loop() {
 	defer close(c.stopped)
-	wait := c.h.cfg.cycleTime
+	wait := c.h.cfg.CycleTime
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -254,9 +254,9 @@ func (c *controller) loop() {
 		// While no rank has anything to negotiate, idle rounds back off to 16 cycle times: a
 		// round costs a collective, in which MPI polls. A submission still starts a round at once.
 		if idle(msgs) && len(c.order) == 0 {
-			wait = min(2*wait, maxIdleCycles*c.h.cfg.cycleTime)
+			wait = min(2*wait, maxIdleCycles*c.h.cfg.CycleTime)
 		} else {
-			wait = c.h.cfg.cycleTime
+			wait = c.h.cfg.CycleTime
 		}
 		timer.Reset(wait)
 	}
@@ -502,7 +502,7 @@ func (c *controller) remember(s *spec) {
 		c.cache[id] = s
 		return
 	}
-	if len(c.cache) < c.h.cfg.cacheCapacity {
+	if len(c.cache) < c.h.cfg.CacheCapacity {
 		c.cacheIndex[s.name] = len(c.cache)
 		c.cache = append(c.cache, s)
 	}

@@ -73,7 +73,7 @@ func (c *controller) execute(responses []*response) error {
 		case kindAllreduce:
 			bytes := r.spec.bytes()
 			for j := i + 1; j < len(responses); j++ {
-				if !used[j] && fusable(r, responses[j]) && bytes+responses[j].spec.bytes() <= c.h.cfg.fusionThreshold {
+				if !used[j] && fusable(r, responses[j]) && bytes+responses[j].spec.bytes() <= c.h.cfg.FusionThreshold {
 					used[j] = true
 					bytes += responses[j].spec.bytes()
 					batch = append(batch, responses[j])

@@ -18,7 +18,7 @@ const maxStallNames = 6
 // ranks that submit different operations would otherwise wait forever. Init has already turned
 // the shutdown off when it is shorter than the check time, as Horovod does.
 func (c *controller) inspectStalls(now time.Time) {
-	warn, abort := c.h.cfg.stallCheck, c.h.cfg.stallShutdown
+	warn, abort := c.h.cfg.StallCheck, c.h.cfg.StallShutdown
 	if warn == 0 && abort == 0 {
 		return
 	}
@@ -86,7 +86,7 @@ func stallReport(missing map[int][]string, pastAbort map[int]bool) string {
 // peer died or hung inside a collective, which stops this rank's loop too. It warns after the
 // stall-check time and aborts the job after the shutdown time.
 func (c *controller) watchdog() {
-	warn, abort := c.h.cfg.stallCheck, c.h.cfg.stallShutdown
+	warn, abort := c.h.cfg.StallCheck, c.h.cfg.StallShutdown
 	if warn == 0 && abort == 0 {
 		return
 	}
