@@ -17,9 +17,12 @@ type ClassifierOptions struct {
 	// VocabPath overrides the vocabulary packaged with the model.
 	VocabPath string
 	// MaxBatchSize caps the examples of one session run; longer inputs run in several.
-	// 0 means 32.
+	// 0 means DefaultClassifierBatchSize.
 	MaxBatchSize int
 }
+
+// DefaultClassifierBatchSize is a Classifier's session batch when ClassifierOptions leave it 0.
+const DefaultClassifierBatchSize = 32
 
 // Classifier serves a model exported by ExportServing: text in, label and probabilities out.
 // It is safe for concurrent use: every call tokenizes into its own tensors and TensorFlow
@@ -68,7 +71,7 @@ func LoadClassifier(dir string, opts ClassifierOptions) (*Classifier, error) {
 	}
 	cl := &Classifier{dir: dir, contract: c, sm: sm, converter: conv, maxBatch: opts.MaxBatchSize}
 	if cl.maxBatch <= 0 {
-		cl.maxBatch = 32
+		cl.maxBatch = DefaultClassifierBatchSize
 	}
 	err = c.validate(sm)
 	if err == nil {

@@ -15,10 +15,6 @@ import (
 	"github.com/gorovod/gorovod/tf"
 )
 
-// defaultBatchSize is the Classifier's own session batch (bertgraph.ClassifierOptions'
-// MaxBatchSize 0); classify passes its batch size down so that one batch is one session run.
-const defaultBatchSize = 32
-
 // config is the command line.
 type config struct {
 	model     string
@@ -54,7 +50,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.model, "model", "", "serving SavedModel `dir` (output_dir/export/<step>), or export/ itself to serve its highest numeric step (required)")
-	fs.IntVar(&cfg.batchSize, "batch_size", defaultBatchSize, "texts per session run")
+	// Passed down as the Classifier's MaxBatchSize, so that one batch is one session run.
+	fs.IntVar(&cfg.batchSize, "batch_size", bertgraph.DefaultClassifierBatchSize, "texts per session run")
 	fs.IntVar(&cfg.threads, "threads", 0, "TensorFlow intra-op threads (0: TensorFlow's default, one per core)")
 	fs.BoolVar(&cfg.header, "header", false, "write a header row label<TAB>prob_<name>... before the first result")
 	if err := fs.Parse(args); err != nil {
