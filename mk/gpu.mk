@@ -2,7 +2,7 @@
 # on machines without Docker or a GPU, and the GPU check itself. The CPU tests of packages nccl
 # and horovod/ncclbackend run in go-test like every other package.
 
-.PHONY: docker-gpu lint-gpu test-gpu-agreement gpu-check
+.PHONY: docker-gpu lint-gpu test-gpu-agreement gpu-check gpu-check-bundle
 TEST_TARGETS += lint-gpu test-gpu-agreement
 
 DOCKER    ?= docker
@@ -32,3 +32,16 @@ test-gpu-agreement:
 # On a machine with a GPU (or inside the image: docker run --gpus all $(GPU_IMAGE) scripts/gpu-check.sh).
 gpu-check:
 	$(ROOT)/scripts/gpu-check.sh
+
+# For a GPU host without Go: the check's test binaries and the OpenMPI libraries the backend's
+# binary links (ldd's list minus the C library's own), for scripts/gpu-check.sh --prebuilt
+# $(GPU_CHECK_BUNDLE) in a checkout there. NCCL and CUDA are the host's: they are dlopened.
+GPU_CHECK_BUNDLE ?= $(ROOT)/build/gpu-check
+gpu-check-bundle:
+	rm -rf $(GPU_CHECK_BUNDLE) && mkdir -p $(GPU_CHECK_BUNDLE)/lib
+	$(GO) test -c -o $(GPU_CHECK_BUNDLE)/nccl.test $(ROOT)/nccl
+	$(GO) test -c -o $(GPU_CHECK_BUNDLE)/ncclbackend.test $(ROOT)/horovod/ncclbackend
+	ldd $(GPU_CHECK_BUNDLE)/ncclbackend.test | awk '$$2 == "=>" && $$3 ~ /^\// { print $$3 }' \
+	  | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' \
+	  | xargs -r cp -L -t $(GPU_CHECK_BUNDLE)/lib
+	@du -sh $(GPU_CHECK_BUNDLE)

@@ -17,7 +17,8 @@ import (
 // (LD_LIBRARY_PATH, ld.so.cache, the binary's rpath), then the layout of NVIDIA's pip wheels
 // (nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, ...) in every Python site-packages directory
 // known: Options.SitePackages, the one holding the TensorFlow this process has loaded, the
-// active virtualenv, PYTHONPATH, and the system's Python directories.
+// active virtualenv, the virtualenv of the first python3 on PATH (images such as NVIDIA's put
+// a venv's bin on PATH without activating it), PYTHONPATH, and the system's Python directories.
 type Options struct {
 	RuntimePath  string   // libcudart; overrides GOROVOD_CUDART_LIBRARY
 	LibraryPath  string   // libnccl; overrides GOROVOD_NCCL_LIBRARY
@@ -128,6 +129,7 @@ func findSitePackages(extra []string, getenv func(string) string, procMaps strin
 	if venv := getenv("VIRTUAL_ENV"); venv != "" {
 		add("VIRTUAL_ENV", glob(filepath.Join(venv, "lib", "python3*", "site-packages"))...)
 	}
+	add("virtualenv of python3 on PATH", pathVirtualenvSitePackages(getenv("PATH"))...)
 	if pp := getenv("PYTHONPATH"); pp != "" {
 		add("PYTHONPATH", filepath.SplitList(pp)...)
 	}
@@ -135,6 +137,25 @@ func findSitePackages(extra []string, getenv func(string) string, procMaps strin
 		glob("/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
 			"/usr/lib/python3/dist-packages", "/usr/lib/python3*/site-packages")...)
 	return out
+}
+
+// pathVirtualenvSitePackages returns the site-packages of the virtualenv holding the first
+// python3 on path (as a shell would run it), or nothing when that python3 is not in a venv.
+func pathVirtualenvSitePackages(path string) []string {
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "python3")); err != nil {
+			continue
+		}
+		venv := filepath.Dir(filepath.Clean(dir))
+		if _, err := os.Stat(filepath.Join(venv, "pyvenv.cfg")); err != nil {
+			return nil
+		}
+		return glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+	}
+	return nil
 }
 
 // loadedTensorFlowSitePackages finds the site-packages directory of the TensorFlow wheel whose

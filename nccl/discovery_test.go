@@ -63,15 +63,18 @@ func TestCandidatesOrder(t *testing.T) {
 func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 	root := t.TempDir()
 	venvSite := filepath.Join(root, "venv", "lib", "python3.11", "site-packages")
+	pathVenvSite := filepath.Join(root, "pathvenv", "lib", "python3.12", "site-packages")
 	tfSite := filepath.Join(root, "tfsite")
-	for _, d := range []string{venvSite, filepath.Join(tfSite, "tensorflow")} {
+	for _, d := range []string{venvSite, pathVenvSite, filepath.Join(tfSite, "tensorflow"), filepath.Join(root, "pathvenv", "bin"), filepath.Join(root, "plain")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tfLib := filepath.Join(tfSite, "tensorflow", "libtensorflow_framework.so.2")
-	if err := os.WriteFile(tfLib, nil, 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{tfLib, filepath.Join(root, "pathvenv", "pyvenv.cfg"), filepath.Join(root, "pathvenv", "bin", "python3")} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// gorovod binaries map TensorFlow through the third_party/tensorflow/lib symlink.
 	link := filepath.Join(root, "libtensorflow_framework.so.2")
@@ -83,12 +86,15 @@ func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 	env := map[string]string{
 		"VIRTUAL_ENV": filepath.Join(root, "venv"),
 		"PYTHONPATH":  filepath.Join(root, "pp") + ":" + venvSite, // venvSite again: deduplicated
+		// The first python3 on PATH is in a venv that is not activated; "plain" has none.
+		"PATH": filepath.Join(root, "plain") + "::" + filepath.Join(root, "pathvenv", "bin") + ":/usr/bin",
 	}
 	got := findSitePackages([]string{filepath.Join(root, "opt")}, func(k string) string { return env[k] }, maps)
 	want := []sitePackagesDir{
 		{"option", filepath.Join(root, "opt")},
 		{"site-packages of the loaded TensorFlow", tfSite},
 		{"VIRTUAL_ENV", venvSite},
+		{"virtualenv of python3 on PATH", pathVenvSite},
 		{"PYTHONPATH", filepath.Join(root, "pp")},
 	}
 	if len(got) < len(want) {
@@ -108,6 +114,13 @@ func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 	gone := "7f00-7f01 r-xp 0 0:0 1 /gone/site/tensorflow/libtensorflow_framework.so.2\n"
 	if l := loadedTensorFlowSitePackages(gone); len(l) != 1 || l[0] != "/gone/site" {
 		t.Errorf("unresolvable path: got %v", l)
+	}
+	// The first python3 on PATH decides: one outside a venv hides a venv's later on PATH.
+	if err := os.WriteFile(filepath.Join(root, "plain", "python3"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l := pathVirtualenvSitePackages(env["PATH"]); l != nil {
+		t.Errorf("python3 outside a venv first on PATH: got %v", l)
 	}
 	if l := loadedTensorFlowSitePackages("garbage\n\n"); l != nil {
 		t.Errorf("no TensorFlow mapped: got %v", l)

@@ -63,8 +63,10 @@ func TestGPUDescribeAndPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// CUDA and NVML, asked independently, agree on the device's memory.
-	if info.MemoryTotal != total || free > total || info.Name == "" {
+	// CUDA and NVML, asked independently, agree on the device's memory, except that CUDA
+	// leaves out what the driver reserves for itself (on an H200 with driver 580: 150,109,880,320
+	// of NVML's 150,755,311,616 bytes, 0.4% less).
+	if total > info.MemoryTotal || total < info.MemoryTotal/100*98 || free > total || info.Name == "" {
 		t.Errorf("NVML %+v, CUDA total %d free %d", info, total, free)
 	}
 	v, _ := rt.Version()

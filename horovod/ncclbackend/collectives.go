@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/nccl"
 )
 
@@ -35,7 +36,7 @@ func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	s, host := b.comm.Stream(), b.pinned.Bytes()
 	for off := 0; off < n; off += chunkBytes {
 		m := min(chunkBytes, n-off)
-		copy(host[off:off+m], send[off:off+m]) // overlaps the DMA and reduction of earlier chunks
+		parallel.Copy(host[off:off+m], send[off:off+m], b.copyWorkers) // overlaps the DMA and reduction of earlier chunks
 		if err := s.CopyToDevice(b.dev, off, b.pinned, off, m); err != nil {
 			return b.fail("allreduce", err)
 		}
@@ -49,7 +50,7 @@ func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	if err := b.wait(); err != nil {
 		return b.fail("allreduce", err)
 	}
-	copy(recv, host[:n])
+	parallel.Copy(recv, host[:n], b.copyWorkers)
 	return nil
 }
 
@@ -68,7 +69,7 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 	}
 	s := b.comm.Stream()
 	if b.topo.Rank == root {
-		copy(b.pinned.Bytes(), buf)
+		parallel.Copy(b.pinned.Bytes(), buf, b.copyWorkers)
 		if err := s.CopyToDevice(b.dev, 0, b.pinned, 0, n); err != nil {
 			return b.fail("broadcast", err)
 		}
@@ -85,7 +86,7 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 	if err := b.wait(); err != nil {
 		return b.fail("broadcast", err)
 	}
-	copy(buf, b.pinned.Bytes()[:n])
+	parallel.Copy(buf, b.pinned.Bytes()[:n], b.copyWorkers)
 	return nil
 }
 
@@ -116,7 +117,7 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 		return b.fail("allgatherv", err)
 	}
 	s := b.comm.Stream()
-	copy(b.pinned.Bytes(), send)
+	parallel.Copy(b.pinned.Bytes(), send, b.copyWorkers)
 	if len(send) > 0 {
 		if err := s.CopyToDevice(b.dev, 0, b.pinned, 0, len(send)); err != nil {
 			return b.fail("allgatherv", err)
@@ -139,7 +140,7 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if err := b.wait(); err != nil {
 		return b.fail("allgatherv", err)
 	}
-	copy(recv, b.pinned.Bytes()[:total])
+	parallel.Copy(recv, b.pinned.Bytes()[:total], b.copyWorkers)
 	return nil
 }
 

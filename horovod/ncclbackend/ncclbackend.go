@@ -8,7 +8,8 @@
 // id. Rank 0 makes the ncclUniqueId and sends it over the control backend. TensorFlow hands the
 // gradients back on the host, so every collective stages its buffer through pinned host
 // memory to the device and back, in chunks, so that the Go copy of one chunk overlaps the DMA
-// and the reduction of the previous ones. float16 reduces as ncclHalf.
+// and the reduction of the previous ones; the copies use several cores (package
+// horovod/internal/parallel). float16 reduces as ncclHalf.
 package ncclbackend
 
 import (
@@ -19,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/nccl"
 )
 
@@ -56,6 +58,9 @@ type Backend struct {
 	// receive side). All grow on demand and are reused.
 	pinned      *nccl.PinnedBuffer
 	dev, gather *nccl.DeviceBuffer
+	// copyWorkers is how many goroutines copy between Go memory and the pinned buffer: this
+	// rank's share of the machine's cores (one core's copy is several times slower than the DMA).
+	copyWorkers int
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -68,6 +73,7 @@ func Open(control backend.Backend, cfg Config) (*Backend, error) {
 		cfg.Logf = log.Printf
 	}
 	b := &Backend{control: control, topo: control.Topology()}
+	b.copyWorkers = parallel.Workers(b.topo.LocalSize)
 	id, localErr := b.prepare(cfg)
 	if err := agree(control, b.topo, localErr); err != nil {
 		return nil, err

@@ -1,0 +1,49 @@
+// Package parallel splits a large host-memory pass (a copy, a conversion) over a few
+// goroutines. One core's memcpy moves a few GB/s, several times less than the DMA of a
+// PCIe 5.0 x16 link (54 GB/s measured on an H200, README's GPUs section), so a single-threaded
+// pass over a staging buffer, not the transfer, would bound the step.
+package parallel
+
+import (
+	"runtime"
+	"sync"
+)
+
+// MaxWorkers caps the goroutines of one pass: beyond about eight, one socket's memory
+// bandwidth, not the cores, is the limit.
+const MaxWorkers = 8
+
+// minPiece is the smallest part of a pass worth a goroutine of its own (its start and the
+// wait cost microseconds; a megabyte costs hundreds of them).
+const minPiece = 1 << 20
+
+// Workers is how many goroutines one of localSize processes sharing this machine should
+// use: its share of GOMAXPROCS, at least one, at most MaxWorkers.
+func Workers(localSize int) int {
+	return max(1, min(MaxWorkers, runtime.GOMAXPROCS(0)/max(1, localSize)))
+}
+
+// For calls f on consecutive ranges [lo, hi) covering [0, n), with up to workers calls at
+// once, each range a multiple of align elements long (but the last) and, where work allows,
+// at least minPiece bytes (elemBytes per element). It returns when every call has returned.
+func For(n, elemBytes, align, workers int, f func(lo, hi int)) {
+	parts := min(workers, n*elemBytes/minPiece)
+	if parts <= 1 {
+		f(0, n)
+		return
+	}
+	piece := (n + parts - 1) / parts
+	piece = (piece + align - 1) / align * align
+	var wg sync.WaitGroup
+	for lo := piece; lo < n; lo += piece {
+		wg.Go(func() { f(lo, min(lo+piece, n)) })
+	}
+	f(0, min(piece, n))
+	wg.Wait()
+}
+
+// Copy is copy(dst, src) for large buffers, with up to workers goroutines.
+func Copy(dst, src []byte, workers int) {
+	n := min(len(dst), len(src))
+	For(n, 1, 64, workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+}

@@ -1,0 +1,78 @@
+package parallel
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// TestForCoversEachIndexOnce checks the ranges For hands out: disjoint, covering [0, n),
+// aligned, and no more at once than asked for.
+func TestForCoversEachIndexOnce(t *testing.T) {
+	for _, n := range []int{0, 1, 63, minPiece - 1, minPiece, 3*minPiece + 5, 8*minPiece + 1, 20 * minPiece} {
+		for _, workers := range []int{1, 2, 3, 8} {
+			var mu sync.Mutex
+			var got [][2]int
+			For(n, 1, 64, workers, func(lo, hi int) {
+				mu.Lock()
+				got = append(got, [2]int{lo, hi})
+				mu.Unlock()
+			})
+			slices.SortFunc(got, func(a, b [2]int) int { return a[0] - b[0] })
+			if len(got) > workers || len(got) > 1 && len(got) > n/minPiece {
+				t.Errorf("n=%d workers=%d: %d ranges", n, workers, len(got))
+			}
+			next := 0
+			for i, r := range got {
+				if r[0] != next || r[1] < r[0] || (i < len(got)-1 && (r[1]-r[0])%64 != 0) {
+					t.Fatalf("n=%d workers=%d: ranges %v", n, workers, got)
+				}
+				next = r[1]
+			}
+			if next != n {
+				t.Fatalf("n=%d workers=%d: ranges %v end at %d", n, workers, got, next)
+			}
+		}
+	}
+}
+
+func TestCopy(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 5, 4*minPiece + 77} {
+		src := make([]byte, n)
+		for i := range src {
+			src[i] = byte(r.Uint32())
+		}
+		for _, workers := range []int{1, 4} {
+			dst := make([]byte, n+3) // longer than src: the tail stays as it was
+			dst[n] = 0xAB
+			Copy(dst, src, workers)
+			if !bytes.Equal(dst[:n], src) || dst[n] != 0xAB {
+				t.Fatalf("n=%d workers=%d: copy differs", n, workers)
+			}
+		}
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	for _, local := range []int{0, 1, 2, 1 << 20} {
+		if w := Workers(local); w < 1 || w > MaxWorkers {
+			t.Errorf("Workers(%d) = %d", local, w)
+		}
+	}
+}
+
+// BenchmarkCopy copies 128 MiB, the default fusion buffer, with 1 and MaxWorkers goroutines.
+func BenchmarkCopy(b *testing.B) {
+	src, dst := make([]byte, 128<<20), make([]byte, 128<<20)
+	for _, workers := range []int{1, MaxWorkers} {
+		b.Run(map[int]string{1: "one", MaxWorkers: "max"}[workers], func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				Copy(dst, src, workers)
+			}
+		})
+	}
+}
