@@ -690,7 +690,7 @@ func TestScaleFloat32RoundsOnce(t *testing.T) {
 			v[i] = float32(math.Sin(float64(i))*1e3) + float32(i)*1e-4
 			want[i] = float32(float64(v[i]) * f)
 		}
-		scale(mustTensor(t, nil, v).Data, Float32, f)
+		scale(mustTensor(t, nil, v).Data, Float32, f, 1)
 		if !slices.Equal(v, want) {
 			t.Errorf("factor %v: scaling differs from one rounding of the exact product", f)
 		}

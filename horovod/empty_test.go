@@ -10,9 +10,9 @@ import (
 // instead of indexing into it.
 func TestEmptyTensorsAreNoOps(t *testing.T) {
 	for _, dt := range []DType{Float32, Float64} {
-		compress(nil, []byte{}, dt)
-		decompress([]byte{}, nil, dt, 0.5)
-		scale([]byte{}, dt, 1.0/3)
+		compress(nil, []byte{}, dt, 4)
+		decompress([]byte{}, nil, dt, 0.5, 4)
+		scale([]byte{}, dt, 1.0/3, 4)
 	}
 	hs, _ := job(t, 2)
 	onEveryRank(t, hs, func(h *Horovod) error {

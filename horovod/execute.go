@@ -169,14 +169,13 @@ func (c *controller) allreduce(batch []*response) error {
 		o := ops[0]
 		in := o.input
 		if s.prescale != 1 {
-			copy(o.output, in)
-			scale(o.output, s.dtype, s.prescale)
+			fillFusion(o.output, [][]byte{in}, s.dtype, s.prescale, c.h.workers)
 			in = o.output
 		}
 		if err := phase(wire, func() error { return c.data.Allreduce(in, o.output, s.dtype, s.op.backendOp()) }); err != nil {
 			return err
 		}
-		scale(o.output, s.dtype, post)
+		scale(o.output, s.dtype, post, c.h.workers)
 		o.finish(s.shape)
 		return nil
 	}
@@ -199,16 +198,15 @@ func (c *controller) allreduce(batch []*response) error {
 		buf = c.fusion[:total]
 	}
 	if in == nil || s.prescale != 1 {
-		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
-			if in != nil {
-				copy(buf, in)
-			} else {
-				off := 0
-				for _, o := range ops {
-					off += copy(buf[off:], o.input)
-				}
+		parts := [][]byte{in}
+		if in == nil {
+			parts = make([][]byte, len(ops))
+			for i, o := range ops {
+				parts[i] = o.input
 			}
-			scale(buf, s.dtype, s.prescale)
+		}
+		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
+			fillFusion(buf, parts, s.dtype, s.prescale, c.h.workers)
 			return nil
 		})
 		in = buf
@@ -217,14 +215,14 @@ func (c *controller) allreduce(batch []*response) error {
 		return err
 	}
 	if out != nil {
-		scale(buf, s.dtype, post)
+		scale(buf, s.dtype, post, c.h.workers)
 	} else {
+		parts := make([][]byte, len(ops))
+		for i, o := range ops {
+			parts[i] = o.output
+		}
 		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
-			scale(buf, s.dtype, post)
-			off := 0
-			for _, o := range ops {
-				off += copy(o.output, buf[off:])
-			}
+			drainFusion(parts, buf, s.dtype, post, c.h.workers)
 			return nil
 		})
 	}

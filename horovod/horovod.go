@@ -33,16 +33,20 @@ import (
 	"sync/atomic"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/horovod/local"
 	"github.com/gorovod/gorovod/horovod/mpi"
 )
 
 // Horovod is an initialized process of a job. Its methods are safe for concurrent use.
 type Horovod struct {
-	topo     backend.Topology
-	cfg      config
-	log      *log.Logger
-	ctl      *controller
+	topo backend.Topology
+	cfg  config
+	log  *log.Logger
+	ctl  *controller
+	// workers is how many goroutines one large host-memory pass (fp16 compression, scaling,
+	// the fusion buffer's copies) may use: this process's share of the machine's cores.
+	workers  int
 	groups   atomic.Uint64 // grouped allreduce counter: groups are numbered in call order
 	shutdown sync.Once
 	closeErr error
@@ -71,6 +75,7 @@ func Init(opts ...Option) (*Horovod, error) {
 	}
 	shutdownIgnored := cfg.settleStallTimes()
 	h := &Horovod{topo: control.Topology(), cfg: cfg}
+	h.workers = parallel.Workers(h.topo.LocalSize)
 	h.log = newLogger(cfg.logOutput, h.topo.Rank)
 	if shutdownIgnored && h.topo.Rank == 0 {
 		h.log.Print(stallShutdownIgnored)

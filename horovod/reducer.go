@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/gorovod/gorovod/horovod/fp16"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // ReducerOptions configure the distributed optimizer step (Horovod's DistributedOptimizer
@@ -130,7 +131,7 @@ func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool
 		for i, g := range r.first {
 			grads[i] = *r.accum[g.Name]
 			if r.opts.AverageAggregatedGradients {
-				scale(grads[i].Data, grads[i].DType, 1/float64(r.opts.BackwardPassesPerStep))
+				scale(grads[i].Data, grads[i].DType, 1/float64(r.opts.BackwardPassesPerStep), r.h.workers)
 			}
 		}
 		r.passes, r.first = 0, nil
@@ -151,7 +152,7 @@ func (r *Reducer) accumulate(grads []NamedTensor) error {
 				r.accum[g.Name] = a
 			}
 			a.Shape = slices.Clone(g.Shape)
-			copy(a.Data, g.Data)
+			parallel.Copy(a.Data, g.Data, r.h.workers)
 		}
 		r.passes = 1
 		return nil
@@ -167,7 +168,7 @@ func (r *Reducer) accumulate(grads []NamedTensor) error {
 		if a.DType != g.DType || !slices.Equal(a.Shape, g.Shape) {
 			return fmt.Errorf("horovod: reducer: gradient %q is %v%v in backward pass %d but %v%v in the first", g.Name, g.DType, g.Shape, r.passes+1, a.DType, a.Shape)
 		}
-		addInto(a.Data, g.Data, g.DType)
+		addInto(a.Data, g.Data, g.DType, r.h.workers)
 	}
 	r.passes++
 	return nil
@@ -206,7 +207,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 			n := 2 * g.NumElements()
 			output = r.wireArena[wireOff : wireOff+n] // reduced in place, then widened
 			wireOff += n
-			compress(output, g.Data, g.DType)
+			compress(output, g.Data, g.DType, r.h.workers)
 			wire = Tensor{DType: Float16, Shape: g.Shape, Data: output}
 			// Sum in float16, then scale while widening: the division of Average happens at
 			// full precision.
@@ -233,7 +234,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 			if r.opts.Op == Average {
 				factor /= float64(r.h.Size())
 			}
-			decompress(outs[i], results[i].Data, g.DType, factor)
+			decompress(outs[i], results[i].Data, g.DType, factor, r.h.workers)
 		}
 		out[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape), Data: outs[i]}}
 	}
@@ -247,8 +248,17 @@ func grow(b []byte, n int) []byte {
 	return b[:n]
 }
 
-// addInto adds src into dst elementwise (local gradient accumulation).
-func addInto(dst, src []byte, dt DType) {
+// addInto adds src into dst elementwise (local gradient accumulation), over up to workers
+// goroutines when dst is large; the result does not depend on workers.
+func addInto(dst, src []byte, dt DType, workers int) {
+	size := dt.Size()
+	parallel.For(len(dst)/size, size, passAlign, workers, func(lo, hi int) {
+		addRange(dst[lo*size:hi*size], src[lo*size:hi*size], dt)
+	})
+}
+
+// addRange is addInto on one goroutine.
+func addRange(dst, src []byte, dt DType) {
 	if len(dst) == 0 {
 		return
 	}

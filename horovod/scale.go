@@ -4,12 +4,31 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/fp16"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
-// scale multiplies every element of buf by f in place (Horovod's prescale and postscale). Floats
-// are scaled in float64 and rounded once; integers are scaled in float64 and truncated toward
-// zero, as Horovod's C++ does; float16 is scaled in float32, blockwise through package fp16.
-func scale(buf []byte, dt DType, f float64) {
+// passAlign is how many elements every piece of a pass split over goroutines is a multiple of
+// (but the last): F16C converts eight at a time, and 64 elements are whole cache lines for
+// every dtype, so no two goroutines write the same line.
+const passAlign = 64
+
+// scale multiplies every element of buf by f in place (Horovod's prescale and postscale), split
+// over up to workers goroutines when buf is large. Each element is scaled on its own, so the
+// result does not depend on workers.
+func scale(buf []byte, dt DType, f float64, workers int) {
+	if f == 1 || len(buf) == 0 {
+		return
+	}
+	size := dt.Size()
+	parallel.For(len(buf)/size, size, passAlign, workers, func(lo, hi int) {
+		scaleRange(buf[lo*size:hi*size], dt, f)
+	})
+}
+
+// scaleRange is scale on one goroutine. Floats are scaled in float64 and rounded once; integers
+// are scaled in float64 and truncated toward zero, as Horovod's C++ does; float16 is scaled in
+// float32, blockwise through package fp16.
+func scaleRange(buf []byte, dt DType, f float64) {
 	if f == 1 || len(buf) == 0 {
 		return
 	}

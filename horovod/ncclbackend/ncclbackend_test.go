@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/fp16"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/horovod/local"
 	"github.com/gorovod/gorovod/nccl"
 )
@@ -314,9 +315,12 @@ func BenchmarkBERTBaseStep(b *testing.B) {
 }
 
 // benchmarkGradientAllreduce allreduces n float32 gradients at size 1, compressed to float16
-// first when compress is set, and checks that they come back unchanged.
+// first when compress is set, and checks that they come back unchanged. It converts as
+// horovod's Reducer does in a job of one process per machine (finetune on one GPU): over
+// parallel.Workers(1) goroutines, and widening without a scale (the average over one rank).
 func benchmarkGradientAllreduce(b *testing.B, n int, compress bool) {
 	bk := openOneRank(b)
+	workers := parallel.Workers(1)
 	grads := make([]float32, n)
 	for i := range grads {
 		grads[i] = float32(i%1000-500) / 1024 // exact in float16
@@ -328,12 +332,12 @@ func benchmarkGradientAllreduce(b *testing.B, n int, compress bool) {
 	}
 	allreduce := func() {
 		if compress {
-			fp16.EncodeFloat32(half, grads)
+			fp16.EncodeFloat32Parallel(half, grads, workers)
 			halfBytes := unsafe.Slice((*byte)(unsafe.Pointer(&half[0])), 2*n)
 			if err := bk.Allreduce(halfBytes, halfBytes, backend.Float16, backend.Sum); err != nil {
 				b.Fatal(err)
 			}
-			fp16.DecodeFloat32(out, half)
+			fp16.DecodeFloat32Parallel(out, half, workers)
 			return
 		}
 		send := unsafe.Slice((*byte)(unsafe.Pointer(&grads[0])), 4*n)

@@ -1,0 +1,92 @@
+package horovod
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
+	"github.com/gorovod/gorovod/horovod/local"
+)
+
+// miniLMGradients are the gradients of finetune's default model, all-MiniLM-L6-v2 with a
+// two-label classifier head (22,713,986 float32, 91 MB), each allocated apart as a train
+// step's fetches are, with random values of a gradient's magnitude.
+func miniLMGradients() []NamedTensor {
+	const hidden, inner, layers = 384, 1536, 6
+	shapes := [][]int{{30522, hidden}, {512, hidden}, {2, hidden}, {hidden}, {hidden}}
+	for range layers {
+		for range 4 { // query, key, value, attention output
+			shapes = append(shapes, []int{hidden, hidden}, []int{hidden})
+		}
+		shapes = append(shapes, []int{hidden}, []int{hidden}, // attention LayerNorm
+			[]int{hidden, inner}, []int{inner}, []int{inner, hidden}, []int{hidden},
+			[]int{hidden}, []int{hidden}) // output LayerNorm
+	}
+	shapes = append(shapes, []int{hidden, hidden}, []int{hidden}, []int{2, hidden}, []int{2})
+	r := rand.New(rand.NewPCG(3, 4))
+	grads := make([]NamedTensor, len(shapes))
+	for i, shape := range shapes {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for j := range v {
+			v[j] = float32(r.NormFloat64() * 1e-3)
+		}
+		t, err := NewTensor(shape, v)
+		if err != nil {
+			panic(err)
+		}
+		grads[i] = NamedTensor{Name: fmt.Sprintf("g%03d", i), Tensor: t}
+	}
+	return grads
+}
+
+// BenchmarkReducerStep times one Reducer step over MiniLM's gradients at size 1 on the local
+// backend, whose allreduce moves nothing, so that only the host passes count: the copy into
+// the result arena (plain), prescale and postscale (predivide), compression and widening (fp16),
+// float16 prescaling and widening with a scale (fp16_predivide). Each runs with one goroutine
+// per pass and with parallel.Workers(1), the Reducer's choice in a job of one process per
+// machine, side by side in one run.
+func BenchmarkReducerStep(b *testing.B) {
+	grads := miniLMGradients()
+	bytes := 0
+	for _, g := range grads {
+		bytes += len(g.Data)
+	}
+	h, err := Init(WithBackend(local.Backend{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Shutdown()
+	for _, c := range []struct {
+		name string
+		opts ReducerOptions
+	}{
+		{"plain", ReducerOptions{}},
+		{"predivide", ReducerOptions{GradientPredivideFactor: 4}},
+		{"fp16", ReducerOptions{Compression: FP16Compression}},
+		{"fp16_predivide", ReducerOptions{Compression: FP16Compression, GradientPredivideFactor: 4}},
+	} {
+		for _, workers := range []int{1, parallel.Workers(1)} {
+			b.Run(fmt.Sprintf("%s/workers=%d", c.name, workers), func(b *testing.B) {
+				h.workers = workers
+				r, err := h.NewReducer(c.opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := r.Reduce(grads); err != nil { // allocates the arenas
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(bytes))
+				for b.Loop() {
+					if _, _, err := r.Reduce(grads); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package horovod
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/fp16"
+)
+
+// passElems is odd-sized and large enough that parallel.For splits a pass over it (pieces of
+// at least a megabyte) into several pieces for every dtype, the last of them short.
+const passElems = 3<<20 + 5
+
+var passWorkers = []int{1, 2, 3, 8}
+
+// randomBuffer holds n elements of dt: for float32 and float64 values of every magnitude with
+// NaN, infinities, signed zeros and subnormals among them; for float16 and the integers random
+// bit patterns (every half: NaNs, infinities, subnormals).
+func randomBuffer(dt DType, n int, r *rand.Rand) []byte {
+	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1e-40, -1e-310, 7e4, 1e30}
+	wide := func(i int) float64 {
+		if i%97 == 0 {
+			return specials[i/97%len(specials)]
+		}
+		return r.NormFloat64() * math.Exp2(float64(r.IntN(60)-30))
+	}
+	buf := make([]byte, n*dt.Size())
+	switch dt {
+	case Float32:
+		v := view[float32](buf)
+		for i := range v {
+			v[i] = float32(wide(i))
+		}
+	case Float64:
+		v := view[float64](buf)
+		for i := range v {
+			v[i] = wide(i)
+		}
+	default:
+		for i := range buf {
+			buf[i] = byte(r.Uint32())
+		}
+	}
+	return buf
+}
+
+// scaleReference is what scaling buf by f must give, element by element: one rounding of the
+// product for float32 and float64, float32 arithmetic for float16, truncation toward zero for
+// integers; a factor of 1 leaves every bit as it is (float16 NaNs unquieted, large int64s).
+func scaleReference(buf []byte, dt DType, f float64) []byte {
+	out := slices.Clone(buf)
+	if f == 1 {
+		return out
+	}
+	switch dt {
+	case Float32:
+		v := view[float32](out)
+		for i := range v {
+			v[i] = float32(float64(v[i]) * f)
+		}
+	case Float64:
+		v := view[float64](out)
+		for i := range v {
+			v[i] *= f
+		}
+	case Float16:
+		v := view[uint16](out)
+		for i := range v {
+			v[i] = fp16.FromFloat32(fp16.ToFloat32(v[i]) * float32(f))
+		}
+	case Int32:
+		truncateReference(view[int32](out), f)
+	case Int64:
+		truncateReference(view[int64](out), f)
+	case Int8:
+		truncateReference(view[int8](out), f)
+	case Uint8:
+		truncateReference(view[uint8](out), f)
+	}
+	return out
+}
+
+func truncateReference[T int8 | uint8 | int32 | int64](v []T, f float64) {
+	for i, x := range v {
+		v[i] = T(math.Trunc(float64(x) * f))
+	}
+}
+
+// passFactors are the factors each dtype is scaled by: one float32 holds exactly (the float32
+// fast path), one it does not, a negative one. Integer factors stay within [-1, 1] so that every
+// product fits the type (converting an out-of-range float is implementation-defined in Go).
+func passFactors(dt DType) []float64 {
+	if dt == Uint8 {
+		return []float64{0.75, 1.0 / 3}
+	}
+	return []float64{0.75, 1.0 / 3, -0.7}
+}
+
+var passDTypes = []DType{Float32, Float64, Float16, Int32, Int64, Int8, Uint8}
+
+// firstDifference names the first element where got and want differ, for the failure message.
+func firstDifference(got, want []byte, size int) int {
+	for i := 0; i < len(want); i += size {
+		if !bytes.Equal(got[i:i+size], want[i:i+size]) {
+			return i / size
+		}
+	}
+	return -1
+}
+
+// TestScaleIsTheSameOverGoroutines scales odd-sized buffers of every dtype over 1, 2, 3 and 8
+// goroutines: each result must equal the element-by-element reference byte for byte, the
+// float16 blockwise path and the integer truncation included.
+func TestScaleIsTheSameOverGoroutines(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, dt := range passDTypes {
+		src := randomBuffer(dt, passElems, r)
+		for _, f := range passFactors(dt) {
+			want := scaleReference(src, dt, f)
+			for _, workers := range passWorkers {
+				got := slices.Clone(src)
+				scale(got, dt, f, workers)
+				if i := firstDifference(got, want, dt.Size()); i >= 0 {
+					t.Errorf("%v x %v over %d goroutines: element %d differs from the reference", dt, f, workers, i)
+				}
+			}
+		}
+	}
+}
+
+// TestCompressionIsTheSameOverGoroutines narrows odd-sized float32 and float64 buffers and
+// widens the halves back with and without a factor, over 1, 2, 3 and 8 goroutines: the halves
+// must be the serial fp16 conversion's, the widened values the serial widening scaled as scale
+// does, byte for byte.
+func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, dt := range []DType{Float32, Float64} {
+		src := randomBuffer(dt, passElems, r)
+		wantHalves := make([]byte, 2*passElems)
+		wide := make([]byte, len(src))
+		switch dt {
+		case Float32:
+			fp16.EncodeFloat32(view[uint16](wantHalves), view[float32](src))
+			fp16.DecodeFloat32(view[float32](wide), view[uint16](wantHalves))
+		case Float64:
+			fp16.EncodeFloat64(view[uint16](wantHalves), view[float64](src))
+			fp16.DecodeFloat64(view[float64](wide), view[uint16](wantHalves))
+		}
+		for _, workers := range passWorkers {
+			halves := make([]byte, len(wantHalves))
+			compress(halves, src, dt, workers)
+			if i := firstDifference(halves, wantHalves, 2); i >= 0 {
+				t.Errorf("%v compressed over %d goroutines: half %d differs from the serial conversion", dt, workers, i)
+			}
+			for _, f := range append([]float64{1}, passFactors(dt)...) {
+				want := scaleReference(wide, dt, f)
+				got := make([]byte, len(src))
+				decompress(got, wantHalves, dt, f, workers)
+				if i := firstDifference(got, want, dt.Size()); i >= 0 {
+					t.Errorf("%v widened x %v over %d goroutines: element %d differs from the serial widening", dt, f, workers, i)
+				}
+			}
+		}
+	}
+}
+
+// TestFusionCopiesAreTheSameOverGoroutines fills a fusion buffer from parts of odd sizes (empty
+// ones, ones shorter than a piece, ones across piece boundaries) and drains it into such parts,
+// unscaled and scaled by 1/3, over 1, 2, 3 and 8 goroutines: the buffer and the parts must hold
+// the concatenation scaled as scale does, byte for byte. The fill of a buffer from itself (a
+// Reducer's gradients in place, with a prescale) must scale it in place.
+func TestFusionCopiesAreTheSameOverGoroutines(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	sizes := []int{0, 1, 1<<20 + 3, 0, 64*3 + 1, 5}
+	sizes = append(sizes, passElems-(1<<20+3+64*3+1+5+1))
+	for _, dt := range passDTypes {
+		size := dt.Size()
+		src := randomBuffer(dt, passElems, r)
+		var parts [][]byte
+		off := 0
+		for _, n := range sizes {
+			parts = append(parts, src[off:off+n*size:off+n*size])
+			off += n * size
+		}
+		for _, f := range []float64{1, passFactors(dt)[1]} {
+			want := scaleReference(src, dt, f)
+			for _, workers := range passWorkers {
+				buf := make([]byte, len(src))
+				fillFusion(buf, parts, dt, f, workers)
+				if i := firstDifference(buf, want, size); i >= 0 {
+					t.Errorf("%v fill x %v over %d goroutines: element %d differs", dt, f, workers, i)
+				}
+				inPlace := slices.Clone(src)
+				fillFusion(inPlace, [][]byte{inPlace}, dt, f, workers)
+				if i := firstDifference(inPlace, want, size); i >= 0 {
+					t.Errorf("%v fill in place x %v over %d goroutines: element %d differs", dt, f, workers, i)
+				}
+				outs := make([][]byte, len(sizes))
+				for k, n := range sizes {
+					outs[k] = make([]byte, n*size)
+				}
+				buf = slices.Clone(src)
+				drainFusion(outs, buf, dt, f, workers)
+				if i := firstDifference(bytes.Join(outs, nil), want, size); i >= 0 {
+					t.Errorf("%v drain x %v over %d goroutines: element %d differs", dt, f, workers, i)
+				}
+				if i := firstDifference(buf, want, size); i >= 0 {
+					t.Errorf("%v drain x %v over %d goroutines: the buffer's element %d is not scaled in place", dt, f, workers, i)
+				}
+			}
+		}
+	}
+}
+
+// TestAccumulationIsTheSameOverGoroutines adds odd-sized buffers of every dtype over 1, 2, 3
+// and 8 goroutines: the sums must equal the serial sum byte for byte.
+func TestAccumulationIsTheSameOverGoroutines(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, dt := range passDTypes {
+		a, b := randomBuffer(dt, passElems, r), randomBuffer(dt, passElems, r)
+		want := slices.Clone(a)
+		addRange(want, b, dt)
+		for _, workers := range passWorkers {
+			got := slices.Clone(a)
+			addInto(got, b, dt, workers)
+			if i := firstDifference(got, want, dt.Size()); i >= 0 {
+				t.Errorf("%v over %d goroutines: element %d differs from the serial sum", dt, workers, i)
+			}
+		}
+	}
+}
