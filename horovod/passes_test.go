@@ -2,6 +2,7 @@ package horovod
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -229,6 +230,70 @@ func TestAccumulationIsTheSameOverGoroutines(t *testing.T) {
 			if i := firstDifference(got, want, dt.Size()); i >= 0 {
 				t.Errorf("%v over %d goroutines: element %d differs from the serial sum", dt, workers, i)
 			}
+		}
+	}
+}
+
+// TestJobIsTheSameOverGoroutines runs the same two-rank job with one goroutine per pass and with
+// four: Reducer steps (fp16 with a predivide factor, the predivide alone, two backward passes
+// accumulated and averaged), a grouped allreduce with prescale and postscale (the fusion
+// buffer's copies in and out) and a single allreduce with a prescale, on tensors large enough to
+// split. Each rank's results must be the same byte for byte.
+func TestJobIsTheSameOverGoroutines(t *testing.T) {
+	run := func(workers int) [][]byte {
+		hs, _ := job(t, 2)
+		results := make([][]byte, len(hs))
+		onEveryRank(t, hs, func(h *Horovod) error {
+			h.workers = workers
+			r := rand.New(rand.NewPCG(17, uint64(h.Rank())))
+			var grads []NamedTensor
+			for i, n := range []int{1<<20 + 3, 5, 700001} {
+				grads = append(grads, NamedTensor{Name: fmt.Sprint("f32_", i), Tensor: Tensor{DType: Float32, Shape: []int{n}, Data: randomBuffer(Float32, n, r)}})
+			}
+			grads = append(grads, NamedTensor{Name: "f64", Tensor: Tensor{DType: Float64, Shape: []int{300001}, Data: randomBuffer(Float64, 300001, r)}})
+			var out []byte
+			for _, o := range []ReducerOptions{
+				{Compression: FP16Compression, GradientPredivideFactor: 2},
+				{GradientPredivideFactor: 2},
+				{Compression: FP16Compression, BackwardPassesPerStep: 2, AverageAggregatedGradients: true},
+			} {
+				red, err := h.NewReducer(o)
+				if err != nil {
+					return err
+				}
+				for range max(1, o.BackwardPassesPerStep) {
+					reduced, ready, err := red.Reduce(grads)
+					if err != nil {
+						return fmt.Errorf("%+v: %w", o, err)
+					}
+					for _, g := range reduced {
+						out = append(out, g.Data...)
+					}
+					if ready != (len(reduced) > 0) {
+						return fmt.Errorf("%+v: ready=%v with %d tensors", o, ready, len(reduced))
+					}
+				}
+			}
+			grouped, err := h.GroupedAllreduce(grads, AllreduceOptions{Op: Sum, Prescale: 0.3, Postscale: 1.7})
+			if err != nil {
+				return err
+			}
+			for _, g := range grouped {
+				out = append(out, g.Data...)
+			}
+			single, err := h.Allreduce("single", grads[0].Tensor, AllreduceOptions{Prescale: 0.3})
+			if err != nil {
+				return err
+			}
+			results[h.Rank()] = append(out, single.Data...)
+			return nil
+		})
+		return results
+	}
+	one, four := run(1), run(4)
+	for rank := range one {
+		if len(one[rank]) == 0 || !bytes.Equal(one[rank], four[rank]) {
+			t.Errorf("rank %d: the results over four goroutines differ from those over one (%d and %d bytes)", rank, len(four[rank]), len(one[rank]))
 		}
 	}
 }
