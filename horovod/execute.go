@@ -169,7 +169,7 @@ func (c *controller) allreduce(batch []*response) error {
 		o := ops[0]
 		in := o.input
 		if s.prescale != 1 {
-			fillFusion(o.output, [][]byte{in}, s.dtype, s.prescale, c.h.workers)
+			gather(o.output, [][]byte{in}, s.dtype, s.prescale, c.h.workers)
 			in = o.output
 		}
 		if err := phase(wire, func() error { return c.data.Allreduce(in, o.output, s.dtype, s.op.backendOp()) }); err != nil {
@@ -206,7 +206,7 @@ func (c *controller) allreduce(batch []*response) error {
 			}
 		}
 		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
-			fillFusion(buf, parts, s.dtype, s.prescale, c.h.workers)
+			gather(buf, parts, s.dtype, s.prescale, c.h.workers)
 			return nil
 		})
 		in = buf
@@ -222,7 +222,7 @@ func (c *controller) allreduce(batch []*response) error {
 			parts[i] = o.output
 		}
 		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
-			drainFusion(parts, buf, s.dtype, post, c.h.workers)
+			scatter(parts, buf, s.dtype, post, c.h.workers)
 			return nil
 		})
 	}

@@ -6,18 +6,18 @@ import "github.com/gorovod/gorovod/horovod/internal/parallel"
 // copies) while they are in the second-level cache: one pass over memory instead of two.
 const scaleBlock = 64 << 10
 
-// fillFusion copies parts back to back into buf (whose length is theirs together) and
+// gather copies parts back to back into buf (whose length is theirs together) and
 // multiplies the result by f: the fusion buffer's MEMCPY_IN with the prescale. Large buffers
 // are split over up to workers goroutines, each taking one range of buf and the parts, or
 // pieces of parts, that fall in it; the result does not depend on workers.
-func fillFusion(buf []byte, parts [][]byte, dt DType, f float64, workers int) {
+func gather(buf []byte, parts [][]byte, dt DType, f float64, workers int) {
 	fusionPass(buf, parts, dt, f, workers, true)
 }
 
-// drainFusion multiplies buf by f and copies it out, in order, into parts (whose length is
+// scatter multiplies buf by f and copies it out, in order, into parts (whose length is
 // buf's together): the postscale and the fusion buffer's MEMCPY_OUT. It splits the work as
-// fillFusion does; buf is left scaled.
-func drainFusion(parts [][]byte, buf []byte, dt DType, f float64, workers int) {
+// gather does; buf is left scaled.
+func scatter(parts [][]byte, buf []byte, dt DType, f float64, workers int) {
 	fusionPass(buf, parts, dt, f, workers, false)
 }
 

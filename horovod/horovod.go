@@ -40,16 +40,17 @@ import (
 
 // Horovod is an initialized process of a job. Its methods are safe for concurrent use.
 type Horovod struct {
-	topo backend.Topology
-	cfg  config
-	log  *log.Logger
-	ctl  *controller
-	// workers is how many goroutines one large host-memory pass (fp16 compression, scaling,
-	// the fusion buffer's copies) may use: this process's share of the machine's cores.
-	workers  int
+	topo     backend.Topology
+	cfg      config
+	log      *log.Logger
+	ctl      *controller
 	groups   atomic.Uint64 // grouped allreduce counter: groups are numbered in call order
 	shutdown sync.Once
 	closeErr error
+
+	// workers is how many goroutines one large host-memory pass (fp16 compression, scaling,
+	// the fusion buffer's copies) may use: this process's share of the machine's cores.
+	workers int
 }
 
 // ErrShutdown is returned for operations submitted after Shutdown on any rank.

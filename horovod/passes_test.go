@@ -168,10 +168,10 @@ func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 	}
 }
 
-// TestFusionCopiesAreTheSameOverGoroutines fills a fusion buffer from parts of odd sizes (empty
-// ones, ones shorter than a piece, ones across piece boundaries) and drains it into such parts,
+// TestFusionCopiesAreTheSameOverGoroutines gathers parts of odd sizes into a fusion buffer (empty
+// ones, ones shorter than a piece, ones across piece boundaries) and scatters it into such parts,
 // unscaled and scaled by 1/3, over 1, 2, 3 and 8 goroutines: the buffer and the parts must hold
-// the concatenation scaled as scale does, byte for byte. The fill of a buffer from itself (a
+// the concatenation scaled as scale does, byte for byte. The gather of a buffer from itself (a
 // Reducer's gradients in place, with a prescale) must scale it in place.
 func TestFusionCopiesAreTheSameOverGoroutines(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
@@ -190,26 +190,26 @@ func TestFusionCopiesAreTheSameOverGoroutines(t *testing.T) {
 			want := scaleReference(src, dt, f)
 			for _, workers := range passWorkers {
 				buf := make([]byte, len(src))
-				fillFusion(buf, parts, dt, f, workers)
+				gather(buf, parts, dt, f, workers)
 				if i := firstDifference(buf, want, size); i >= 0 {
-					t.Errorf("%v fill x %v over %d goroutines: element %d differs", dt, f, workers, i)
+					t.Errorf("%v gather x %v over %d goroutines: element %d differs", dt, f, workers, i)
 				}
 				inPlace := slices.Clone(src)
-				fillFusion(inPlace, [][]byte{inPlace}, dt, f, workers)
+				gather(inPlace, [][]byte{inPlace}, dt, f, workers)
 				if i := firstDifference(inPlace, want, size); i >= 0 {
-					t.Errorf("%v fill in place x %v over %d goroutines: element %d differs", dt, f, workers, i)
+					t.Errorf("%v gather in place x %v over %d goroutines: element %d differs", dt, f, workers, i)
 				}
 				outs := make([][]byte, len(sizes))
 				for k, n := range sizes {
 					outs[k] = make([]byte, n*size)
 				}
 				buf = slices.Clone(src)
-				drainFusion(outs, buf, dt, f, workers)
+				scatter(outs, buf, dt, f, workers)
 				if i := firstDifference(bytes.Join(outs, nil), want, size); i >= 0 {
-					t.Errorf("%v drain x %v over %d goroutines: element %d differs", dt, f, workers, i)
+					t.Errorf("%v scatter x %v over %d goroutines: element %d differs", dt, f, workers, i)
 				}
 				if i := firstDifference(buf, want, size); i >= 0 {
-					t.Errorf("%v drain x %v over %d goroutines: the buffer's element %d is not scaled in place", dt, f, workers, i)
+					t.Errorf("%v scatter x %v over %d goroutines: the buffer's element %d is not scaled in place", dt, f, workers, i)
 				}
 			}
 		}
