@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gorovod/gorovod/horovod/fp16"
-	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // Compression is how a Reducer puts gradients on the wire (Horovod's Compression.none and
@@ -47,36 +46,16 @@ func compress(dst []byte, src []byte, dt DType, workers int) {
 	}
 }
 
-// widenBlock is how many elements decompress widens and then scales while they are in the
-// first-level cache: one pass over memory instead of a second one to scale.
-const widenBlock = 2048
-
 // decompress widens the float16 buffer src into dst (float32 or float64) and multiplies by factor,
 // so that averaging happens at full precision after the reduction; over up to workers goroutines
 // when src is large. The result does not depend on workers.
 func decompress(dst []byte, src []byte, dt DType, factor float64, workers int) {
 	h := view[uint16](src)
-	if factor == 1 {
-		switch dt {
-		case Float32:
-			fp16.DecodeFloat32Parallel(view[float32](dst), h, workers)
-		case Float64:
-			fp16.DecodeFloat64Parallel(view[float64](dst), h, workers)
-		}
-		return
+	switch dt {
+	case Float32:
+		fp16.DecodeFloat32Parallel(view[float32](dst), h, workers)
+	case Float64:
+		fp16.DecodeFloat64Parallel(view[float64](dst), h, workers)
 	}
-	size := dt.Size()
-	parallel.For(len(h), size, passAlign, workers, func(lo, hi int) {
-		for b := lo; b < hi; b += widenBlock {
-			e := min(b+widenBlock, hi)
-			part := dst[b*size : e*size]
-			switch dt {
-			case Float32:
-				fp16.DecodeFloat32(view[float32](part), h[b:e])
-			case Float64:
-				fp16.DecodeFloat64(view[float64](part), h[b:e])
-			}
-			scaleRange(part, dt, factor)
-		}
-	})
+	scale(dst, dt, factor, workers)
 }

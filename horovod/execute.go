@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // ReduceOp is what Allreduce computes across ranks.
@@ -169,7 +170,8 @@ func (c *controller) allreduce(batch []*response) error {
 		o := ops[0]
 		in := o.input
 		if s.prescale != 1 {
-			gather(o.output, [][]byte{in}, s.dtype, s.prescale, c.h.workers)
+			parallel.Copy(o.output, in, c.h.workers)
+			scale(o.output, s.dtype, s.prescale, c.h.workers)
 			in = o.output
 		}
 		if err := phase(wire, func() error { return c.data.Allreduce(in, o.output, s.dtype, s.op.backendOp()) }); err != nil {
@@ -206,7 +208,8 @@ func (c *controller) allreduce(batch []*response) error {
 			}
 		}
 		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
-			gather(buf, parts, s.dtype, s.prescale, c.h.workers)
+			parallel.Gather(buf, parts, c.h.workers)
+			scale(buf, s.dtype, s.prescale, c.h.workers)
 			return nil
 		})
 		in = buf
@@ -222,7 +225,8 @@ func (c *controller) allreduce(batch []*response) error {
 			parts[i] = o.output
 		}
 		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
-			scatter(parts, buf, s.dtype, post, c.h.workers)
+			scale(buf, s.dtype, post, c.h.workers)
+			parallel.Scatter(parts, buf, c.h.workers)
 			return nil
 		})
 	}

@@ -168,54 +168,6 @@ func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 	}
 }
 
-// TestFusionCopiesAreTheSameOverGoroutines gathers parts of odd sizes into a fusion buffer (empty
-// ones, ones shorter than a piece, ones across piece boundaries) and scatters it into such parts,
-// unscaled and scaled by 1/3, over 1, 2, 3 and 8 goroutines: the buffer and the parts must hold
-// the concatenation scaled as scale does, byte for byte. The gather of a buffer from itself (a
-// Reducer's gradients in place, with a prescale) must scale it in place.
-func TestFusionCopiesAreTheSameOverGoroutines(t *testing.T) {
-	r := rand.New(rand.NewPCG(13, 14))
-	sizes := []int{0, 1, 1<<20 + 3, 0, 64*3 + 1, 5}
-	sizes = append(sizes, passElems-(1<<20+3+64*3+1+5+1))
-	for _, dt := range passDTypes {
-		size := dt.Size()
-		src := randomBuffer(dt, passElems, r)
-		var parts [][]byte
-		off := 0
-		for _, n := range sizes {
-			parts = append(parts, src[off:off+n*size:off+n*size])
-			off += n * size
-		}
-		for _, f := range []float64{1, passFactors(dt)[1]} {
-			want := scaleReference(src, dt, f)
-			for _, workers := range passWorkers {
-				buf := make([]byte, len(src))
-				gather(buf, parts, dt, f, workers)
-				if i := firstDifference(buf, want, size); i >= 0 {
-					t.Errorf("%v gather x %v over %d goroutines: element %d differs", dt, f, workers, i)
-				}
-				inPlace := slices.Clone(src)
-				gather(inPlace, [][]byte{inPlace}, dt, f, workers)
-				if i := firstDifference(inPlace, want, size); i >= 0 {
-					t.Errorf("%v gather in place x %v over %d goroutines: element %d differs", dt, f, workers, i)
-				}
-				outs := make([][]byte, len(sizes))
-				for k, n := range sizes {
-					outs[k] = make([]byte, n*size)
-				}
-				buf = slices.Clone(src)
-				scatter(outs, buf, dt, f, workers)
-				if i := firstDifference(bytes.Join(outs, nil), want, size); i >= 0 {
-					t.Errorf("%v scatter x %v over %d goroutines: element %d differs", dt, f, workers, i)
-				}
-				if i := firstDifference(buf, want, size); i >= 0 {
-					t.Errorf("%v scatter x %v over %d goroutines: the buffer's element %d is not scaled in place", dt, f, workers, i)
-				}
-			}
-		}
-	}
-}
-
 // TestAccumulationIsTheSameOverGoroutines adds odd-sized buffers of every dtype over 1, 2, 3
 // and 8 goroutines: the sums must equal the serial sum byte for byte.
 func TestAccumulationIsTheSameOverGoroutines(t *testing.T) {

@@ -47,3 +47,31 @@ func Copy(dst, src []byte, workers int) {
 	n := min(len(dst), len(src))
 	For(n, 1, 64, workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
+
+// Gather copies parts back to back into dst, whose length is theirs together (a fusion buffer
+// filled from many tensors), with up to workers goroutines, each taking one range of dst and
+// the parts, or pieces of parts, that fall in it.
+func Gather(dst []byte, parts [][]byte, workers int) { gather(dst, parts, workers, true) }
+
+// Scatter copies src out, in order, into parts, whose length is src's together (a fusion
+// buffer emptied into many tensors), with up to workers goroutines as Gather.
+func Scatter(parts [][]byte, src []byte, workers int) { gather(src, parts, workers, false) }
+
+// gather copies between buf and the parts laid back to back, into buf when in is set.
+func gather(buf []byte, parts [][]byte, workers int, in bool) {
+	For(len(buf), 1, 64, workers, func(lo, hi int) {
+		i, start := 0, 0 // parts[i] lies at buf[start:]
+		for at := lo; at < hi; {
+			for start+len(parts[i]) <= at {
+				start += len(parts[i])
+				i++
+			}
+			p := parts[i][at-start:]
+			if in {
+				at += copy(buf[at:hi], p)
+			} else {
+				at += copy(p, buf[at:hi])
+			}
+		}
+	})
+}

@@ -56,6 +56,49 @@ func TestCopy(t *testing.T) {
 	}
 }
 
+// TestGatherScatter copies parts of odd sizes (empty ones, ones shorter than a piece, ones across
+// piece boundaries) into one buffer and back out with 1 to 8 goroutines: the buffer must hold
+// their concatenation and the parts the buffer's bytes, nothing written past either.
+func TestGatherScatter(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	sizes := []int{0, 1, minPiece + 3, 0, 64*3 + 1, 5, 2*minPiece - 777, 0}
+	var parts [][]byte
+	for _, n := range sizes {
+		p := make([]byte, n, n+1) // a spare byte past each part: must stay untouched
+		for i := range p {
+			p[i] = byte(r.Uint32())
+		}
+		p[:n+1][n] = 0xAB
+		parts = append(parts, p)
+	}
+	want := bytes.Join(parts, nil)
+	for _, workers := range []int{1, 2, 3, 8} {
+		buf := make([]byte, len(want), len(want)+1)
+		buf[:len(want)+1][len(want)] = 0xCD
+		Gather(buf, parts, workers)
+		if !bytes.Equal(buf, want) || buf[:len(want)+1][len(want)] != 0xCD {
+			t.Fatalf("workers=%d: Gather differs from the concatenation", workers)
+		}
+		for i := range buf {
+			buf[i] ^= 0x5A
+		}
+		outs := make([][]byte, len(sizes))
+		for k, n := range sizes {
+			outs[k] = make([]byte, n, n+1)
+			outs[k][:n+1][n] = 0xAB
+		}
+		Scatter(outs, buf, workers)
+		if !bytes.Equal(bytes.Join(outs, nil), buf) {
+			t.Fatalf("workers=%d: Scatter's parts differ from the buffer", workers)
+		}
+		for k, o := range outs {
+			if o[:len(o)+1][len(o)] != 0xAB {
+				t.Fatalf("workers=%d: Scatter wrote past part %d", workers, k)
+			}
+		}
+	}
+}
+
 func TestWorkers(t *testing.T) {
 	for _, local := range []int{0, 1, 2, 1 << 20} {
 		if w := Workers(local); w < 1 || w > MaxWorkers {
