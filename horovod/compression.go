@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gorovod/gorovod/horovod/fp16"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // Compression is how a Reducer puts gradients on the wire (Horovod's Compression.none and
@@ -46,16 +47,39 @@ func compress(dst []byte, src []byte, dt DType, workers int) {
 	}
 }
 
+// widenBlock is how many elements decompress widens and then scales while they are in the
+// second-level cache, instead of making a second pass over memory to scale: on a 16-core H200
+// host, where one core's share of the memory bandwidth is small, that pass is much of the cost.
+// Blocks of 2048 cost 9% on a 2-core machine where scaling, not memory, bounds a core; blocks of
+// 8192 cost nothing there (measured).
+const widenBlock = 8192
+
 // decompress widens the float16 buffer src into dst (float32 or float64) and multiplies by factor,
 // so that averaging happens at full precision after the reduction; over up to workers goroutines
 // when src is large. The result does not depend on workers.
 func decompress(dst []byte, src []byte, dt DType, factor float64, workers int) {
 	h := view[uint16](src)
-	switch dt {
-	case Float32:
-		fp16.DecodeFloat32Parallel(view[float32](dst), h, workers)
-	case Float64:
-		fp16.DecodeFloat64Parallel(view[float64](dst), h, workers)
+	if factor == 1 {
+		switch dt {
+		case Float32:
+			fp16.DecodeFloat32Parallel(view[float32](dst), h, workers)
+		case Float64:
+			fp16.DecodeFloat64Parallel(view[float64](dst), h, workers)
+		}
+		return
 	}
-	scale(dst, dt, factor, workers)
+	size := dt.Size()
+	parallel.For(len(h), size, passAlign, workers, func(lo, hi int) {
+		for b := lo; b < hi; b += widenBlock {
+			e := min(b+widenBlock, hi)
+			part := dst[b*size : e*size]
+			switch dt {
+			case Float32:
+				fp16.DecodeFloat32(view[float32](part), h[b:e])
+			case Float64:
+				fp16.DecodeFloat64(view[float64](part), h[b:e])
+			}
+			scaleRange(part, dt, factor)
+		}
+	})
 }
