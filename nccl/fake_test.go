@@ -34,6 +34,12 @@ func fakeLib(t *testing.T, variant string) string {
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
+	// gcc is always there where the package is built (cgo needs it), but a GPU host may run a
+	// prebuilt test binary (scripts/gpu-check.sh --prebuilt) without a compiler: there the
+	// stand-in tests skip and the real-GPU tests still run.
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skipf("gcc is not on PATH to build the fake %s library (testdata/fakelib.c): %v", variant, err)
+	}
 	args := []string{"-shared", "-fPIC", "-o", out, "testdata/fakelib.c"}
 	switch variant {
 	case "cuda":

@@ -27,6 +27,12 @@ import (
 // offsets, padding and compaction, error paths), not NCCL.
 func setupFakeLibraries(t testing.TB) {
 	t.Helper()
+	// gcc is always there where the package is built (cgo needs it), but a GPU host may run a
+	// prebuilt test binary (scripts/gpu-check.sh --prebuilt) without a compiler: there the
+	// stand-in tests skip and the real-GPU tests still run.
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skipf("gcc is not on PATH to build the fake CUDA runtime and NCCL (nccl/testdata/fakelib.c): %v", err)
+	}
 	dir := t.TempDir()
 	for _, v := range []struct{ name, def string }{{"libcudart.so", "-DFAKE_CUDA"}, {"libnccl.so", "-DFAKE_NCCL"}} {
 		out := filepath.Join(dir, v.name)
