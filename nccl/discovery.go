@@ -17,8 +17,9 @@ import (
 // (LD_LIBRARY_PATH, ld.so.cache, the binary's rpath), then the layout of NVIDIA's pip wheels
 // (nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, ...) in every Python site-packages directory
 // known: Options.SitePackages, the one holding the TensorFlow this process has loaded, the
-// active virtualenv, the virtualenv of the first python3 on PATH (images such as NVIDIA's put
-// a venv's bin on PATH without activating it), PYTHONPATH, and the system's Python directories.
+// active virtualenv (VIRTUAL_ENV), the active conda environment (CONDA_PREFIX), the Python
+// installation of the first python3 on PATH (images such as NVIDIA's put a venv's or conda's
+// bin on PATH without activating it), PYTHONPATH, and the system's Python directories.
 type Options struct {
 	RuntimePath  string   // libcudart; overrides GOROVOD_CUDART_LIBRARY
 	LibraryPath  string   // libnccl; overrides GOROVOD_NCCL_LIBRARY
@@ -126,10 +127,13 @@ func findSitePackages(extra []string, getenv func(string) string, procMaps strin
 	}
 	add("option", extra...)
 	add("site-packages of the loaded TensorFlow", loadedTensorFlowSitePackages(procMaps)...)
-	if venv := getenv("VIRTUAL_ENV"); venv != "" {
-		add("VIRTUAL_ENV", glob(filepath.Join(venv, "lib", "python3*", "site-packages"))...)
+	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if prefix := getenv(v); prefix != "" {
+			add(v, prefixSitePackages(prefix)...)
+		}
 	}
-	add("virtualenv of python3 on PATH", pathVirtualenvSitePackages(getenv("PATH"))...)
+	source, sites := pathPythonSitePackages(getenv("PATH"))
+	add(source, sites...)
 	if pp := getenv("PYTHONPATH"); pp != "" {
 		add("PYTHONPATH", filepath.SplitList(pp)...)
 	}
@@ -139,23 +143,63 @@ func findSitePackages(extra []string, getenv func(string) string, procMaps strin
 	return out
 }
 
-// pathVirtualenvSitePackages returns the site-packages of the virtualenv holding the first
-// python3 on path (as a shell would run it), or nothing when that python3 is not in a venv.
-func pathVirtualenvSitePackages(path string) []string {
+// pathPythonSitePackages returns the site-packages of the Python installation holding the
+// first python3 on path, and how it was found: a virtualenv (its prefix, the parent of bin/,
+// has pyvenv.cfg), or else any prefix with lib/python3*/site-packages (a conda environment,
+// pyenv, a Python built into /usr/local), which is where that python3 would import from
+// (Python finds its own prefix from its executable's location the same way). When the first
+// python3 belongs to neither it returns nothing: a later python3 on PATH is not the one a
+// shell would run.
+func pathPythonSitePackages(path string) (source string, sites []string) {
+	python := firstOnPath(path, "python3")
+	if python == "" {
+		return "", nil
+	}
+	prefix := filepath.Dir(filepath.Dir(python))
+	if _, err := os.Stat(filepath.Join(prefix, "pyvenv.cfg")); err == nil {
+		return "virtualenv of python3 on PATH", prefixSitePackages(prefix)
+	}
+	return "prefix of python3 on PATH", prefixSitePackages(prefix)
+}
+
+// firstOnPath returns the absolute path of the program name that a shell would run from
+// path: the first regular file with an execute bit, skipping directories and non-executable
+// files of that name. As in a shell, an empty entry (a leading, trailing or doubled ':') and
+// "." mean the current directory, and relative entries are taken from it.
+func firstOnPath(path, name string) string {
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {
+			dir = "."
+		}
+		abs, err := filepath.Abs(dir)
+		if err != nil { // no current directory: a relative entry names nothing
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, "python3")); err != nil {
-			continue
+		p := filepath.Join(abs, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p
 		}
-		venv := filepath.Dir(filepath.Clean(dir))
-		if _, err := os.Stat(filepath.Join(venv, "pyvenv.cfg")); err != nil {
-			return nil
-		}
-		return glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
 	}
-	return nil
+	return ""
+}
+
+// prefixSitePackages returns the site-packages directories of a Python prefix (a venv, a
+// conda environment, an installation): prefix/lib/python3*/site-packages.
+func prefixSitePackages(prefix string) []string {
+	return glob(filepath.Join(escapeGlob(prefix), "lib", "python3*", "site-packages"))
+}
+
+// escapeGlob quotes the characters filepath.Match treats as special, so that a directory
+// named, say, "env[gpu]" is matched literally rather than as a character class.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // loadedTensorFlowSitePackages finds the site-packages directory of the TensorFlow wheel whose
@@ -184,7 +228,7 @@ func loadedTensorFlowSitePackages(procMaps string) []string {
 func glob(patterns ...string) []string {
 	var out []string
 	for _, p := range patterns {
-		m, _ := filepath.Glob(p) // the patterns are constant and well formed
+		m, _ := filepath.Glob(p) // well formed: constant, with any prefix escaped (escapeGlob)
 		out = append(out, m...)
 	}
 	return out

@@ -10,7 +10,7 @@ import (
 
 // isolate clears every variable discovery reads, so the machine's own settings do not leak in.
 func isolate(t *testing.T) {
-	for _, v := range []string{"GOROVOD_NCCL_LIBRARY", "GOROVOD_CUDART_LIBRARY", "VIRTUAL_ENV", "PYTHONPATH"} {
+	for _, v := range []string{"GOROVOD_NCCL_LIBRARY", "GOROVOD_CUDART_LIBRARY", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH"} {
 		t.Setenv(v, "")
 	}
 }
@@ -63,19 +63,21 @@ func TestCandidatesOrder(t *testing.T) {
 func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 	root := t.TempDir()
 	venvSite := filepath.Join(root, "venv", "lib", "python3.11", "site-packages")
+	condaSite := filepath.Join(root, "conda", "lib", "python3.10", "site-packages")
 	pathVenvSite := filepath.Join(root, "pathvenv", "lib", "python3.12", "site-packages")
 	tfSite := filepath.Join(root, "tfsite")
-	for _, d := range []string{venvSite, pathVenvSite, filepath.Join(tfSite, "tensorflow"), filepath.Join(root, "pathvenv", "bin"), filepath.Join(root, "plain")} {
+	for _, d := range []string{venvSite, condaSite, pathVenvSite, filepath.Join(tfSite, "tensorflow"), filepath.Join(root, "pathvenv", "bin"), filepath.Join(root, "plain")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tfLib := filepath.Join(tfSite, "tensorflow", "libtensorflow_framework.so.2")
-	for _, f := range []string{tfLib, filepath.Join(root, "pathvenv", "pyvenv.cfg"), filepath.Join(root, "pathvenv", "bin", "python3")} {
+	for _, f := range []string{tfLib, filepath.Join(root, "pathvenv", "pyvenv.cfg")} {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	writeExecutable(t, filepath.Join(root, "pathvenv", "bin", "python3"))
 	// gorovod binaries map TensorFlow through the third_party/tensorflow/lib symlink.
 	link := filepath.Join(root, "libtensorflow_framework.so.2")
 	if err := os.Symlink(tfLib, link); err != nil {
@@ -84,8 +86,9 @@ func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 	maps := "7f0000000000-7f0000001000 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libc.so.6\n" +
 		"7f0000002000-7f0000003000 r-xp 00000000 08:01 456 " + link + "\n"
 	env := map[string]string{
-		"VIRTUAL_ENV": filepath.Join(root, "venv"),
-		"PYTHONPATH":  filepath.Join(root, "pp") + ":" + venvSite, // venvSite again: deduplicated
+		"VIRTUAL_ENV":  filepath.Join(root, "venv"),
+		"CONDA_PREFIX": filepath.Join(root, "conda"),
+		"PYTHONPATH":   filepath.Join(root, "pp") + ":" + venvSite, // venvSite again: deduplicated
 		// The first python3 on PATH is in a venv that is not activated; "plain" has none.
 		"PATH": filepath.Join(root, "plain") + "::" + filepath.Join(root, "pathvenv", "bin") + ":/usr/bin",
 	}
@@ -94,6 +97,7 @@ func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 		{"option", filepath.Join(root, "opt")},
 		{"site-packages of the loaded TensorFlow", tfSite},
 		{"VIRTUAL_ENV", venvSite},
+		{"CONDA_PREFIX", condaSite},
 		{"virtualenv of python3 on PATH", pathVenvSite},
 		{"PYTHONPATH", filepath.Join(root, "pp")},
 	}
@@ -115,15 +119,123 @@ func TestFindSitePackagesOrderAndDedup(t *testing.T) {
 	if l := loadedTensorFlowSitePackages(gone); len(l) != 1 || l[0] != "/gone/site" {
 		t.Errorf("unresolvable path: got %v", l)
 	}
-	// The first python3 on PATH decides: one outside a venv hides a venv's later on PATH.
-	if err := os.WriteFile(filepath.Join(root, "plain", "python3"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if l := pathVirtualenvSitePackages(env["PATH"]); l != nil {
-		t.Errorf("python3 outside a venv first on PATH: got %v", l)
+	// The first python3 on PATH decides: one outside any Python prefix hides a venv's later
+	// on PATH.
+	writeExecutable(t, filepath.Join(root, "plain", "python3"))
+	if src, l := pathPythonSitePackages(env["PATH"]); l != nil {
+		t.Errorf("python3 outside a Python prefix first on PATH: got %s %v", src, l)
 	}
 	if l := loadedTensorFlowSitePackages("garbage\n\n"); l != nil {
 		t.Errorf("no TensorFlow mapped: got %v", l)
+	}
+}
+
+// writeExecutable writes an empty file with execute permission (a stand-in for python3).
+func writeExecutable(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pythonPrefix makes a Python prefix under root: bin/python3 and lib/<version>/site-packages,
+// with pyvenv.cfg when venv is set. It returns the site-packages directory.
+func pythonPrefix(t *testing.T, prefix, version string, venv bool) string {
+	t.Helper()
+	site := filepath.Join(prefix, "lib", version, "site-packages")
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeExecutable(t, filepath.Join(prefix, "bin", "python3"))
+	if venv {
+		if err := os.WriteFile(filepath.Join(prefix, "pyvenv.cfg"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return site
+}
+
+// TestPythonOnPathIsTheOneAShellRuns checks that the python3 whose site-packages are searched
+// is the one a shell would run from PATH, and how its installation is recognised.
+func TestPythonOnPathIsTheOneAShellRuns(t *testing.T) {
+	root := t.TempDir()
+	venvSite := pythonPrefix(t, filepath.Join(root, "venv"), "python3.11", true)
+	condaSite := pythonPrefix(t, filepath.Join(root, "conda"), "python3.10", false)
+	// Named python3 but not something a shell runs: a directory, and a file without an
+	// execute bit, each in what would otherwise be a venv.
+	pythonPrefix(t, filepath.Join(root, "dirpy"), "python3.9", true)
+	if err := os.Remove(filepath.Join(root, "dirpy", "bin", "python3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "dirpy", "bin", "python3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pythonPrefix(t, filepath.Join(root, "noexec"), "python3.9", true)
+	if err := os.Chmod(filepath.Join(root, "noexec", "bin", "python3"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A venv's bin/python3 is a symlink to the base interpreter: the link's directory, not its
+	// target's, names the venv.
+	linked := filepath.Join(root, "linkvenv")
+	linkedSite := pythonPrefix(t, linked, "python3.12", true)
+	if err := os.Remove(filepath.Join(linked, "bin", "python3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "conda", "bin", "python3"), filepath.Join(linked, "bin", "python3")); err != nil {
+		t.Fatal(err)
+	}
+	bin := func(prefix string) string { return filepath.Join(root, prefix, "bin") }
+	const venv, prefix = "virtualenv of python3 on PATH", "prefix of python3 on PATH"
+	for _, c := range []struct {
+		name, cwd, path string
+		source          string
+		site            string
+	}{
+		{"venv", root, bin("venv"), venv, venvSite},
+		{"conda prefix without pyvenv.cfg", root, bin("conda") + ":" + bin("venv"), prefix, condaSite},
+		{"directory named python3 skipped", root, bin("dirpy") + ":" + bin("venv"), venv, venvSite},
+		{"non-executable python3 skipped", root, bin("noexec") + ":" + bin("conda"), prefix, condaSite},
+		{"symlinked python3", root, bin("linkvenv"), venv, linkedSite},
+		{"relative entry from the current directory", root, "/nonexistent:venv/bin", venv, venvSite},
+		{"dot is the current directory", bin("conda"), ".:" + bin("venv"), prefix, condaSite},
+		{"leading empty entry is the current directory", bin("conda"), ":" + bin("venv"), prefix, condaSite},
+		{"doubled colon is the current directory", bin("venv"), "/nonexistent::" + bin("conda"), venv, venvSite},
+		{"trailing empty entry is the current directory", bin("venv"), "/nonexistent:", venv, venvSite},
+		{"no python3", root, "/nonexistent:" + root, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Chdir(c.cwd)
+			source, sites := pathPythonSitePackages(c.path)
+			var want []string
+			if c.site != "" {
+				want = []string{c.site}
+			}
+			if source != c.source || strings.Join(sites, ",") != strings.Join(want, ",") {
+				t.Errorf("PATH=%q in %s: got %q %v, want %q %v", c.path, c.cwd, source, sites, c.source, want)
+			}
+		})
+	}
+}
+
+// TestPrefixesAreNotGlobPatterns checks that a prefix containing glob metacharacters names
+// itself: "env[1]" as a pattern would match a sibling "env1" and never itself.
+func TestPrefixesAreNotGlobPatterns(t *testing.T) {
+	root := t.TempDir()
+	odd := filepath.Join(root, "env[1]*?")
+	site := pythonPrefix(t, odd, "python3.11", true)
+	pythonPrefix(t, filepath.Join(root, "env1xy"), "python3.9", true) // what the pattern would match
+	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		env := map[string]string{v: odd}
+		got := findSitePackages(nil, func(k string) string { return env[k] }, "")
+		if len(got) == 0 || got[0] != (sitePackagesDir{v, site}) {
+			t.Errorf("%s=%s: got %+v, want %s first", v, odd, got, site)
+		}
+	}
+	if src, sites := pathPythonSitePackages(filepath.Join(odd, "bin")); src != "virtualenv of python3 on PATH" || len(sites) != 1 || sites[0] != site {
+		t.Errorf("python3 in %s: got %q %v", odd, src, sites)
 	}
 }
 

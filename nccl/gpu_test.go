@@ -71,7 +71,10 @@ func TestGPUDescribeAndPlace(t *testing.T) {
 	}
 	v, _ := rt.Version()
 	d, _ := rt.DriverVersion()
-	t.Logf("%v; CUDA runtime %d, driver %d, NCCL %s (%s)", info, v, d, lib.VersionString(), lib.Path())
+	t.Logf("%v; CUDA runtime %d (%s), driver %d, NCCL %s (%s)", info, v, rt.Path(), d, lib.VersionString(), lib.Path())
+	// scripts/gpu-check.sh reads this line to size its multi-GPU job: the count CUDA sees
+	// (CUDA_VISIBLE_DEVICES applied), which nvidia-smi does not give.
+	t.Logf("CUDA devices: %d", n)
 	if _, err := Place(rt, 0, n+1); err == nil {
 		t.Errorf("%d ranks on %d GPUs placed", n+1, n)
 	}
