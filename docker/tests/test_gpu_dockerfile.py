@@ -62,10 +62,26 @@ def test_nvidia_wheels_are_registered_with_the_dynamic_linker():
         assert f"grep -q '{lib} '" in TEXT, f"the build does not check that {lib} is found"
 
 
+def dockerignore_patterns():
+    """The patterns of docker/gpu.Dockerfile.dockerignore, comments and blank lines dropped."""
+    lines = (ROOT / "docker" / "gpu.Dockerfile.dockerignore").read_text().splitlines()
+    return {l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#")}
+
+
 def test_build_context_leaves_out_machine_specific_paths():
-    ignore = (ROOT / "docker" / "gpu.Dockerfile.dockerignore").read_text().split()
-    for path in (".git", ".venv", ".cache", "third_party/tensorflow/include", "third_party/tensorflow/lib"):
+    ignore = dockerignore_patterns()
+    for path in (".git", ".venv", ".cache", "build", "third_party/tensorflow/include", "third_party/tensorflow/lib"):
         assert path in ignore, f"{path} must not enter the build context"
+
+
+def test_build_context_leaves_out_git_ignored_build_outputs():
+    # Every top-level directory git ignores (build outputs, caches) stays out of the image too.
+    ignore = dockerignore_patterns()
+    gitignored = [l.strip().strip("/") for l in (ROOT / ".gitignore").read_text().splitlines()
+                  if re.fullmatch(r"/[\w.-]+/", l.strip())]
+    assert "build" in gitignored, "make gpu-check-bundle writes build/, which git must ignore"
+    for path in gitignored:
+        assert path in ignore, f"{path}/ is git-ignored but would enter the build context"
 
 
 def test_binaries_are_built_and_gpu_packages_tested_in_the_image():
