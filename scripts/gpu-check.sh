@@ -137,7 +137,7 @@ bin=$prebuilt
 if [ -n "$prebuilt" ]; then
 	echo "== test binaries from $prebuilt (no build)"
 	built=$(head -1 "$prebuilt/COMMIT" 2>/dev/null) || built=
-	head=$(git -C "$root" rev-parse HEAD 2>/dev/null) || head=
+	checkout=$(git -C "$root" rev-parse HEAD 2>/dev/null) || checkout=
 	if [ -z "$built" ]; then
 		notes+=("bundle commit unknown (no COMMIT in it: built outside a git checkout, or by an older make gpu-check-bundle)")
 	else
@@ -146,8 +146,8 @@ if [ -n "$prebuilt" ]; then
 		dirty=
 		[[ $built != *-dirty ]] || dirty=" (uncommitted changes)"
 		notes+=("bundle ${built:0:12}$dirty")
-		if [ -n "$head" ] && [ "${built%-dirty}" != "$head" ]; then
-			notes+=("warning: the bundle was built at ${built:0:12}, the checkout is at ${head:0:12}")
+		if [ -n "$checkout" ] && [ "${built%-dirty}" != "$checkout" ]; then
+			notes+=("warning: the bundle was built at ${built:0:12}, the checkout is at ${checkout:0:12}")
 		fi
 	fi
 	if ! command -v ldd >/dev/null; then
