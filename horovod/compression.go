@@ -35,16 +35,39 @@ func (c Compression) compresses(dt DType) bool {
 	return c == FP16Compression && (dt == Float32 || dt == Float64)
 }
 
-// compress narrows src (float32 or float64) into the float16 buffer dst, over up to workers
-// goroutines when src is large.
-func compress(dst []byte, src []byte, dt DType, workers int) {
-	h := view[uint16](dst)
-	switch dt {
-	case Float32:
-		fp16.EncodeFloat32Parallel(h, view[float32](src), workers)
-	case Float64:
-		fp16.EncodeFloat64Parallel(h, view[float64](src), workers)
+// conversion is one gradient's part in a step's fp16 compression: its float32 or float64
+// values and their float16 copy on the wire.
+type conversion struct {
+	dt         DType
+	wide, half []byte
+}
+
+// convertAll runs convert on pieces of the conversions in one pass over up to workers
+// goroutines whose ranges span tensors (parallel.ForParts): a step's many small gradients
+// share goroutines instead of each being too small to split and running alone on the calling
+// one. Elements [lo, hi) of conversion c are handed over together.
+func convertAll(convs []conversion, workers int, convert func(c conversion, lo, hi int)) {
+	lens := make([]int, len(convs))
+	for i, c := range convs {
+		lens[i] = len(c.half) / 2
 	}
+	// A piece's size is counted in float32s; passAlign keeps F16C's lanes whole within a tensor.
+	parallel.ForParts(lens, 4, passAlign, workers, func(i, lo, hi int) { convert(convs[i], lo, hi) })
+}
+
+// compress narrows every conversion's values into its halves. Every element converts on its
+// own (the assembly and the portable conversions agree bit for bit), so the result depends
+// neither on workers nor on where the ranges fall.
+func compress(convs []conversion, workers int) {
+	convertAll(convs, workers, func(c conversion, lo, hi int) {
+		h := view[uint16](c.half)[lo:hi]
+		switch c.dt {
+		case Float32:
+			fp16.EncodeFloat32(h, view[float32](c.wide)[lo:hi])
+		case Float64:
+			fp16.EncodeFloat64(h, view[float64](c.wide)[lo:hi])
+		}
+	})
 }
 
 // widenBlock is how many elements decompress widens and then scales while they are in the
@@ -54,32 +77,23 @@ func compress(dst []byte, src []byte, dt DType, workers int) {
 // 8192 cost nothing there (measured).
 const widenBlock = 8192
 
-// decompress widens the float16 buffer src into dst (float32 or float64) and multiplies by factor,
-// so that averaging happens at full precision after the reduction; over up to workers goroutines
-// when src is large. The result does not depend on workers.
-func decompress(dst []byte, src []byte, dt DType, factor float64, workers int) {
-	h := view[uint16](src)
-	if factor == 1 {
-		switch dt {
-		case Float32:
-			fp16.DecodeFloat32Parallel(view[float32](dst), h, workers)
-		case Float64:
-			fp16.DecodeFloat64Parallel(view[float64](dst), h, workers)
-		}
-		return
-	}
-	size := dt.Size()
-	parallel.For(len(h), size, passAlign, workers, func(lo, hi int) {
+// decompress widens every conversion's halves back into its values and multiplies them by
+// factor, so that averaging happens at full precision after the reduction. The result depends
+// neither on workers nor on where the ranges fall.
+func decompress(convs []conversion, factor float64, workers int) {
+	convertAll(convs, workers, func(c conversion, lo, hi int) {
+		size := c.dt.Size()
+		h := view[uint16](c.half)
 		for b := lo; b < hi; b += widenBlock {
 			e := min(b+widenBlock, hi)
-			part := dst[b*size : e*size]
-			switch dt {
+			part := c.wide[b*size : e*size]
+			switch c.dt {
 			case Float32:
 				fp16.DecodeFloat32(view[float32](part), h[b:e])
 			case Float64:
 				fp16.DecodeFloat64(view[float64](part), h[b:e])
 			}
-			scaleRange(part, dt, factor)
+			scaleRange(part, c.dt, factor)
 		}
 	})
 }

@@ -10,8 +10,8 @@ import (
 // instead of indexing into it.
 func TestEmptyTensorsAreNoOps(t *testing.T) {
 	for _, dt := range []DType{Float32, Float64} {
-		compress(nil, []byte{}, dt, 4)
-		decompress([]byte{}, nil, dt, 0.5, 4)
+		compress([]conversion{{dt: dt, wide: []byte{}}}, 4)
+		decompress([]conversion{{dt: dt, wide: []byte{}}}, 0.5, 4)
 		scale([]byte{}, dt, 1.0/3, 4)
 	}
 	hs, _ := job(t, 2)

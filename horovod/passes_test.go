@@ -132,36 +132,63 @@ func TestScaleIsTheSameOverGoroutines(t *testing.T) {
 	}
 }
 
-// TestCompressionIsTheSameOverGoroutines narrows odd-sized float32 and float64 buffers and
-// widens the halves back with and without a factor, over 1, 2, 3 and 8 goroutines: the halves
-// must be the serial fp16 conversion's, the widened values the serial widening scaled as scale
-// does, byte for byte.
+// TestCompressionIsTheSameOverGoroutines narrows a step's worth of float32 and float64
+// tensors of odd sizes (empty ones, dozens of small ones that share a goroutine's range, ones
+// split over several, boundaries at every alignment) in one pass and widens the halves back with
+// and without a factor, over 1, 2, 3 and 8 goroutines: each tensor's halves must be the serial
+// fp16 conversion of that tensor alone, its widened values the serial widening scaled as scale
+// does, byte for byte, and no byte past a tensor written.
 func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, dt := range []DType{Float32, Float64} {
-		src := randomBuffer(dt, passElems, r)
-		wantHalves := make([]byte, 2*passElems)
+	sizes := []int{3, 0, passElems, 700001}
+	for i := range 60 {
+		sizes = append(sizes, 1000+i*997)
+	}
+	sizes = append(sizes, 0, 1<<18+1)
+	var srcs, halves, wides [][]byte // the inputs and the serial conversions, tensor by tensor
+	var dts []DType
+	for i, n := range sizes {
+		dt := []DType{Float32, Float64}[i%2]
+		src := randomBuffer(dt, n, r)
+		half := make([]byte, 2*n)
 		wide := make([]byte, len(src))
 		switch dt {
 		case Float32:
-			fp16.EncodeFloat32(view[uint16](wantHalves), view[float32](src))
-			fp16.DecodeFloat32(view[float32](wide), view[uint16](wantHalves))
+			fp16.EncodeFloat32(view[uint16](half), view[float32](src))
+			fp16.DecodeFloat32(view[float32](wide), view[uint16](half))
 		case Float64:
-			fp16.EncodeFloat64(view[uint16](wantHalves), view[float64](src))
-			fp16.DecodeFloat64(view[float64](wide), view[uint16](wantHalves))
+			fp16.EncodeFloat64(view[uint16](half), view[float64](src))
+			fp16.DecodeFloat64(view[float64](wide), view[uint16](half))
 		}
-		for _, workers := range passWorkers {
-			halves := make([]byte, len(wantHalves))
-			compress(halves, src, dt, workers)
-			if i := firstDifference(halves, wantHalves, 2); i >= 0 {
-				t.Errorf("%v compressed over %d goroutines: half %d differs from the serial conversion", dt, workers, i)
+		srcs, halves, wides, dts = append(srcs, src), append(halves, half), append(wides, wide), append(dts, dt)
+	}
+	// guarded is n bytes with a guard byte past them that must stay 0xAB.
+	guarded := func(n int) []byte {
+		b := make([]byte, n+1)
+		b[n] = 0xAB
+		return b[:n:n+1]
+	}
+	intact := func(b []byte) bool { return b[: len(b)+1 : len(b)+1][len(b)] == 0xAB }
+	for _, workers := range passWorkers {
+		convs := make([]conversion, len(sizes))
+		for i := range sizes {
+			convs[i] = conversion{dt: dts[i], wide: srcs[i], half: guarded(len(halves[i]))}
+		}
+		compress(convs, workers)
+		for i, c := range convs {
+			if k := firstDifference(c.half, halves[i], 2); k >= 0 || !intact(c.half) {
+				t.Errorf("tensor %d (%v, %d elements) compressed over %d goroutines: half %d differs from the serial conversion, or a byte past it was written", i, dts[i], sizes[i], workers, k)
 			}
-			for _, f := range append([]float64{1}, passFactors(dt)...) {
-				want := scaleReference(wide, dt, f)
-				got := make([]byte, len(src))
-				decompress(got, wantHalves, dt, f, workers)
-				if i := firstDifference(got, want, dt.Size()); i >= 0 {
-					t.Errorf("%v widened x %v over %d goroutines: element %d differs from the serial widening", dt, f, workers, i)
+		}
+		for _, f := range append([]float64{1}, passFactors(Float32)...) {
+			for i := range convs {
+				convs[i] = conversion{dt: dts[i], wide: guarded(len(srcs[i])), half: halves[i]}
+			}
+			decompress(convs, f, workers)
+			for i, c := range convs {
+				want := scaleReference(wides[i], dts[i], f)
+				if k := firstDifference(c.wide, want, dts[i].Size()); k >= 0 || !intact(c.wide) {
+					t.Errorf("tensor %d (%v, %d elements) widened x %v over %d goroutines: element %d differs from the serial widening, or a byte past it was written", i, dts[i], sizes[i], f, workers, k)
 				}
 			}
 		}
@@ -187,7 +214,7 @@ func TestAccumulationIsTheSameOverGoroutines(t *testing.T) {
 }
 
 // TestJobIsTheSameOverGoroutines runs the same two-rank job with one goroutine per pass and with
-// four: Reducer steps (fp16 with a predivide factor, the predivide alone, two backward passes
+// four: Reducer steps on large and small gradients (fp16 with a predivide factor, the predivide alone, two backward passes
 // accumulated and averaged), a grouped allreduce with prescale and postscale (the fusion
 // buffer's copies in and out) and a single allreduce with a prescale, on tensors large enough to
 // split. Each rank's results must be the same byte for byte.
@@ -203,6 +230,10 @@ func TestJobIsTheSameOverGoroutines(t *testing.T) {
 				grads = append(grads, NamedTensor{Name: fmt.Sprint("f32_", i), Tensor: Tensor{DType: Float32, Shape: []int{n}, Data: randomBuffer(Float32, n, r)}})
 			}
 			grads = append(grads, NamedTensor{Name: "f64", Tensor: Tensor{DType: Float64, Shape: []int{300001}, Data: randomBuffer(Float64, 300001, r)}})
+			for i := range 30 { // small ones, which share a goroutine's range in the conversions
+				n := 3000 + 77*i
+				grads = append(grads, NamedTensor{Name: fmt.Sprint("small_", i), Tensor: Tensor{DType: Float32, Shape: []int{n}, Data: randomBuffer(Float32, n, r)}})
+			}
 			var out []byte
 			for _, o := range []ReducerOptions{
 				{Compression: FP16Compression, GradientPredivideFactor: 2},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/fp16"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
@@ -53,7 +54,7 @@ type Reducer struct {
 	first  []NamedTensor           // the first pass's tensors (names, dtypes, shapes) of this step
 	// Results and float16 wire copies, each gradient's back to back in the order given, so that
 	// fusion reads and writes them in place; reused from step to step.
-	outArena, wireArena []byte
+	outArena, wireArena arena
 }
 
 // NewReducer checks opts and returns a Reducer.
@@ -88,7 +89,20 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "gradients/"
 	}
-	return &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}}, nil
+	r := &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}}
+	if host, ok := h.ctl.data.(backend.HostAllocator); ok {
+		r.outArena.host, r.wireArena.host = host, host
+	}
+	return r, nil
+}
+
+// Close gives the Reducer's arenas back before Shutdown does: with a data backend that lends
+// host memory (backend.HostAllocator: NCCL's pinned memory), that memory is the backend's until
+// Shutdown unless Close returns it earlier. The results of the last Reduce are invalid
+// afterwards; a later Reduce allocates anew. There is no finalizer to do it instead: the
+// results the caller holds refer to the arenas without keeping the Reducer reachable.
+func (r *Reducer) Close() error {
+	return errors.Join(r.outArena.release(), r.wireArena.release())
 }
 
 // GradientScale is the factor Reduce's results must be multiplied by to be what Average
@@ -106,8 +120,9 @@ func (r *Reducer) GradientScale() float64 {
 // Reduce takes one backward pass's gradients. On the last pass of a step (every pass when
 // BackwardPassesPerStep is 1) it returns the reduced gradients, in the order given, and ready ==
 // true; on the other passes it accumulates them locally and returns ready == false. The returned
-// tensors are owned by the Reducer and stay valid until the next call of Reduce (with InPlace they
-// are the given gradients, or with BackwardPassesPerStep > 1 the Reducer's accumulators).
+// tensors are owned by the Reducer and stay valid until the next call of Reduce has returned (so
+// they may be given back to it), Close or Shutdown (with InPlace they are the given gradients, or
+// with BackwardPassesPerStep > 1 the Reducer's accumulators).
 func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool, err error) {
 	seen := make(map[string]bool, len(grads))
 	for _, g := range grads {
@@ -174,7 +189,7 @@ func (r *Reducer) accumulate(grads []NamedTensor) error {
 	return nil
 }
 
-func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
+func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 	pre := 1 / r.opts.GradientPredivideFactor
 	post := r.opts.GradientPredivideFactor
 	outBytes, wireBytes := 0, 0
@@ -186,34 +201,51 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 			wireBytes += 2 * g.NumElements()
 		}
 	}
-	r.outArena = grow(r.outArena, outBytes)
-	r.wireArena = grow(r.wireArena, wireBytes)
+	if err := errors.Join(r.outArena.grow(outBytes), r.wireArena.grow(wireBytes)); err != nil {
+		return nil, err
+	}
+	// Once every collective of the step is over (waitAll waits for all of them), the memory the
+	// arenas outgrew may go: nothing of this step reads it any more.
+	defer func() {
+		if e := errors.Join(r.outArena.settle(), r.wireArena.settle()); e != nil {
+			err = errors.Join(err, e)
+		}
+	}()
 	outs := make([][]byte, len(grads))
-	reqs := make([]*request, len(grads))
+	wires := make([]Tensor, len(grads))
+	var convs []conversion
 	outOff, wireOff := 0, 0
 	for i, g := range grads {
 		if r.opts.InPlace {
 			outs[i] = g.Data
 		} else {
-			outs[i] = r.outArena[outOff : outOff+len(g.Data)] // capacity runs on: fusion sees one span
+			outs[i] = r.outArena.buf[outOff : outOff+len(g.Data)] // capacity runs on: fusion sees one span
 			outOff += len(g.Data)
 		}
-		wire, output := g.Tensor, outs[i]
+		wires[i] = g.Tensor
+		if r.opts.Compression.compresses(g.DType) {
+			n := 2 * g.NumElements()
+			half := r.wireArena.buf[wireOff : wireOff+n] // reduced in place, then widened
+			wireOff += n
+			convs = append(convs, conversion{dt: g.DType, wide: g.Data, half: half})
+			wires[i] = Tensor{DType: Float16, Shape: g.Shape, Data: half}
+		}
+	}
+	compress(convs, r.h.workers) // all gradients in one pass: small ones share goroutines
+	reqs := make([]*request, len(grads))
+	for i, g := range grads {
+		output := outs[i]
 		op := AllreduceOptions{Op: r.opts.Op, Prescale: pre, Postscale: post}
 		if r.opts.DeferAverage {
 			op = AllreduceOptions{Op: Sum, Prescale: pre} // post/Size is GradientScale
 		}
 		if r.opts.Compression.compresses(g.DType) {
-			n := 2 * g.NumElements()
-			output = r.wireArena[wireOff : wireOff+n] // reduced in place, then widened
-			wireOff += n
-			compress(output, g.Data, g.DType, r.h.workers)
-			wire = Tensor{DType: Float16, Shape: g.Shape, Data: output}
+			output = wires[i].Data
 			// Sum in float16, then scale while widening: the division of Average happens at
 			// full precision.
 			op = AllreduceOptions{Op: Sum, Prescale: pre}
 		}
-		req, err := r.h.allreduceRequest(r.opts.Prefix+g.Name, "", 0, wire, op)
+		req, err := r.h.allreduceRequest(r.opts.Prefix+g.Name, "", 0, wires[i], op)
 		if err != nil {
 			return nil, err
 		}
@@ -228,24 +260,19 @@ func (r *Reducer) allreduce(grads []NamedTensor) ([]NamedTensor, error) {
 		return nil, err
 	}
 	out := make([]NamedTensor, len(grads))
+	convs = convs[:0]
 	for i, g := range grads {
 		if r.opts.Compression.compresses(g.DType) {
-			factor := post
-			if r.opts.Op == Average {
-				factor /= float64(r.h.Size())
-			}
-			decompress(outs[i], results[i].Data, g.DType, factor, r.h.workers)
+			convs = append(convs, conversion{dt: g.DType, wide: outs[i], half: results[i].Data})
 		}
 		out[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape), Data: outs[i]}}
 	}
-	return out, nil
-}
-
-func grow(b []byte, n int) []byte {
-	if cap(b) < n {
-		return make([]byte, n)
+	factor := post
+	if r.opts.Op == Average {
+		factor /= float64(r.h.Size())
 	}
-	return b[:n]
+	decompress(convs, factor, r.h.workers)
+	return out, nil
 }
 
 // addInto adds src into dst elementwise (local gradient accumulation), over up to workers

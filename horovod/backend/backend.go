@@ -163,3 +163,29 @@ type Pinned interface {
 	// the backend must be called only from loop (Abort excepted).
 	Serve(loop func())
 }
+
+// HostAllocator is implemented by a data Backend whose collectives move host memory of its own
+// faster than other host memory: for NCCL, page-locked ("pinned") memory the GPU reads and
+// writes by DMA, where a buffer in Go memory costs two extra host copies per collective (into
+// and out of the backend's staging buffer). horovod puts the buffers it reuses from step to step
+// there (a Reducer's result and float16 wire arenas), as Horovod's GPU operations keep their
+// fusion buffer on the device to avoid the same copies. Collectives accept such memory and
+// ordinary memory alike, and any sub-slice of an allocation: where they read or write it
+// directly is the backend's business, never a change in results.
+//
+// It is an interface of its own, not a Backend method, because most backends (MPI over the
+// CPU, local) have no faster memory to offer; horovod asks for it with a type assertion, as
+// database/sql does for optional driver interfaces.
+//
+// Unlike the collectives, its methods may be called from any goroutine, concurrently with a
+// collective in progress (one on other memory: memory must not be freed while a collective uses
+// it).
+type HostAllocator interface {
+	Backend
+	// AllocHost returns n > 0 bytes of the backend's host memory, zeroed or not. The memory is
+	// the backend's: valid until FreeHost or Close, whichever comes first, and never moved.
+	AllocHost(n int) ([]byte, error)
+	// FreeHost gives back memory AllocHost returned (the whole slice it returned, by its first
+	// byte). After Close it does nothing: Close frees every allocation.
+	FreeHost(buf []byte) error
+}

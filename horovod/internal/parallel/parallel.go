@@ -48,6 +48,30 @@ func Copy(dst, src []byte, workers int) {
 	For(n, 1, 64, workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
 
+// ForParts is For over parts laid back to back, lens[i] elements each: every range of the whole
+// is handed over part by part, as f(i, lo, hi) for elements [lo, hi) of part i, in order on the
+// range's goroutine. Many small parts (a step's gradients) thus share goroutines, a large one is
+// split, and a goroutine's piece starts where the previous one ends whatever the parts' sizes.
+// Empty parts are never handed over.
+func ForParts(lens []int, elemBytes, align, workers int, f func(i, lo, hi int)) {
+	n := 0
+	for _, l := range lens {
+		n += l
+	}
+	For(n, elemBytes, align, workers, func(lo, hi int) {
+		i, start := 0, 0 // part i starts at element start of the whole
+		for at := lo; at < hi; {
+			for start+lens[i] <= at {
+				start += lens[i]
+				i++
+			}
+			end := min(hi, start+lens[i])
+			f(i, at-start, end-start)
+			at = end
+		}
+	})
+}
+
 // Gather copies parts back to back into dst, whose length is theirs together (a fusion buffer
 // filled from many tensors), with up to workers goroutines, each taking one range of dst and
 // the parts, or pieces of parts, that fall in it.
@@ -59,19 +83,19 @@ func Scatter(parts [][]byte, src []byte, workers int) { gather(src, parts, worke
 
 // gather copies between buf and the parts laid back to back, into buf when in is set.
 func gather(buf []byte, parts [][]byte, workers int, in bool) {
-	For(len(buf), 1, 64, workers, func(lo, hi int) {
-		i, start := 0, 0 // parts[i] lies at buf[start:]
-		for at := lo; at < hi; {
-			for start+len(parts[i]) <= at {
-				start += len(parts[i])
-				i++
-			}
-			p := parts[i][at-start:]
-			if in {
-				at += copy(buf[at:hi], p)
-			} else {
-				at += copy(p, buf[at:hi])
-			}
+	lens, starts := make([]int, len(parts)), make([]int, len(parts))
+	for i, p := range parts {
+		lens[i] = len(p)
+		if i > 0 {
+			starts[i] = starts[i-1] + lens[i-1]
+		}
+	}
+	ForParts(lens, 1, 64, workers, func(i, lo, hi int) {
+		b := buf[starts[i]+lo : starts[i]+hi]
+		if in {
+			copy(b, parts[i][lo:hi])
+		} else {
+			copy(parts[i][lo:hi], b)
 		}
 	})
 }

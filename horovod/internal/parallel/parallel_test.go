@@ -38,6 +38,52 @@ func TestForCoversEachIndexOnce(t *testing.T) {
 	}
 }
 
+// TestForPartsCoversEachElementOnce hands out parts of odd sizes (empty ones, many small ones,
+// ones larger than a piece): every element of every part must be handed over exactly once, in
+// non-empty pieces, and small parts must share ranges rather than get one each.
+func TestForPartsCoversEachElementOnce(t *testing.T) {
+	lens := []int{0, 7, minPiece + 3, 0, 1, 64*3 + 1}
+	for range 300 {
+		lens = append(lens, 5000+len(lens))
+	}
+	lens = append(lens, 2*minPiece-777, 0)
+	for _, workers := range []int{1, 2, 3, 8} {
+		var mu sync.Mutex
+		seen := make([][]int, len(lens))
+		for i, n := range lens {
+			seen[i] = make([]int, n)
+		}
+		calls := 0
+		ForParts(lens, 1, 64, workers, func(i, lo, hi int) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if lo >= hi {
+				t.Errorf("workers=%d: part %d handed over empty [%d, %d)", workers, i, lo, hi)
+			}
+			for k := lo; k < hi; k++ {
+				seen[i][k]++
+			}
+		})
+		for i, s := range seen {
+			for k, c := range s {
+				if c != 1 {
+					t.Fatalf("workers=%d: element %d of part %d handed over %d times", workers, k, i, c)
+				}
+			}
+		}
+		nonEmpty := 0
+		for _, n := range lens {
+			if n > 0 {
+				nonEmpty++
+			}
+		}
+		if calls > nonEmpty+workers-1 { // each range boundary splits at most one part in two
+			t.Errorf("workers=%d: %d calls for %d non-empty parts", workers, calls, nonEmpty)
+		}
+	}
+}
+
 func TestCopy(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 5, 4*minPiece + 77} {

@@ -1,0 +1,186 @@
+package horovod
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// lending is a data backend that lends host memory (backend.HostAllocator) over another
+// backend's collectives, as the NCCL backend lends pinned memory. It keeps account: which
+// allocations are live, how the data allreduces' buffers lay in them; it poisons memory it
+// frees, so that a use after free changes results.
+type lending struct {
+	backend.Backend
+	mu        sync.Mutex
+	live      map[*byte][]byte
+	freed     [][]byte
+	allocs    int
+	allreduce struct{ calls, sendLent, recvLent int }
+	closed    bool
+}
+
+func (l *lending) AllocHost(n int) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, errors.New("closed")
+	}
+	b := make([]byte, n)
+	l.live[&b[0]] = b
+	l.allocs++
+	return b, nil
+}
+
+func (l *lending) FreeHost(b []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	if l.live[&b[0]] == nil {
+		return errors.New("not an allocation of this backend")
+	}
+	delete(l.live, &b[0])
+	for i := range b {
+		b[i] = 0xFF // NaN in every float type
+	}
+	l.freed = append(l.freed, b)
+	return nil
+}
+
+// within reports whether p lies inside one of the allocations.
+func within(p []byte, allocs map[*byte][]byte) bool {
+	for _, a := range allocs {
+		lo, hi := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&a[0]))+uintptr(len(a))
+		if len(p) > 0 && uintptr(unsafe.Pointer(&p[0])) >= lo && uintptr(unsafe.Pointer(&p[0]))+uintptr(len(p)) <= hi {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *lending) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	l.mu.Lock()
+	l.allreduce.calls++
+	if within(send, l.live) {
+		l.allreduce.sendLent++
+	}
+	if within(recv, l.live) {
+		l.allreduce.recvLent++
+	}
+	l.mu.Unlock()
+	return l.Backend.Allreduce(send, recv, dt, op)
+}
+
+func (l *lending) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed, l.live = true, nil
+	return nil
+}
+
+// TestReducerArenasInLentMemory runs the same Reducer steps in a two-rank job whose data backend
+// lends host memory and in one whose backend does not: the results must be the same bytes; with
+// the lender, the results and the float16 wire copies must lie in its memory and the fused
+// allreduces run in place there, and memory the arenas outgrow must be given back only after
+// the step that reads it (the previous step's results handed back to Reduce, with more
+// gradients than before) and all of it at Close.
+func TestReducerArenasInLentMemory(t *testing.T) {
+	steps := []ReducerOptions{
+		{},
+		{Compression: FP16Compression},
+		{Compression: FP16Compression, GradientPredivideFactor: 2},
+	}
+	run := func(lend bool) ([][]byte, []*lending) {
+		var opts []Option
+		lenders := make([]*lending, 2)
+		var mu sync.Mutex
+		if lend {
+			opts = append(opts, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
+				l := &lending{Backend: control, live: map[*byte][]byte{}}
+				mu.Lock()
+				lenders[control.Topology().Rank] = l
+				mu.Unlock()
+				return l, nil
+			}))
+		}
+		hs, _ := job(t, 2, opts...)
+		results := make([][]byte, 2)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			r := rand.New(rand.NewPCG(21, uint64(h.Rank())))
+			// The int32 gradient first: the float32 ones lie back to back in the result arena.
+			grads := []NamedTensor{{Name: "i", Tensor: Tensor{DType: Int32, Shape: []int{5}, Data: randomBuffer(Int32, 5, r)}}}
+			for i, n := range []int{1000, 7, 3001} {
+				grads = append(grads, NamedTensor{Name: fmt.Sprint("g", i), Tensor: Tensor{DType: Float32, Shape: []int{n}, Data: randomBuffer(Float32, n, r)}})
+			}
+			var out []byte
+			for _, o := range steps {
+				red, err := h.NewReducer(o)
+				if err != nil {
+					return err
+				}
+				first, _, err := red.Reduce(grads)
+				if err != nil {
+					return err
+				}
+				for _, g := range first {
+					out = append(out, g.Data...)
+				}
+				// The results back in, with one more gradient: both arenas grow.
+				more := append(first, NamedTensor{Name: "extra", Tensor: Tensor{DType: Float32, Shape: []int{4096}, Data: randomBuffer(Float32, 4096, r)}})
+				second, _, err := red.Reduce(more)
+				if err != nil {
+					return fmt.Errorf("%+v, second step: %w", o, err)
+				}
+				for _, g := range second {
+					out = append(out, g.Data...)
+				}
+				if l := lenders[h.Rank()]; l != nil {
+					l.mu.Lock()
+					live := len(l.live)
+					for _, g := range second {
+						if g.DType == Float32 && !within(g.Data, l.live) {
+							live = -1
+						}
+					}
+					l.mu.Unlock()
+					if want := map[bool]int{false: 1, true: 2}[o.Compression == FP16Compression]; live != want {
+						return fmt.Errorf("%+v: after growing, %d live allocations holding the results (-1: a result outside them), want %d", o, live, want)
+					}
+				}
+				if err := red.Close(); err != nil {
+					return err
+				}
+			}
+			results[h.Rank()] = out
+			return nil
+		})
+		return results, lenders
+	}
+	want, _ := run(false)
+	got, lenders := run(true)
+	for rank := range want {
+		if len(want[rank]) == 0 || !bytes.Equal(got[rank], want[rank]) {
+			t.Errorf("rank %d: the results in lent memory differ from those in Go memory", rank)
+		}
+		l := lenders[rank]
+		// Per Reducer: the result arena, plus the wire arena with fp16; each allocated twice.
+		if l.allocs != 2*(1+2+2) || len(l.freed) != l.allocs {
+			t.Errorf("rank %d: %d allocations, %d freed; want 10 and all", rank, l.allocs, len(l.freed))
+		}
+		// Every step's float32 gradients fuse into one allreduce in place in an arena; the int32
+		// one (its own dtype) writes into the result arena and reads the caller's memory in the
+		// first step of the two Reducers without a prescale (with one, it is scaled in the result
+		// arena first), the previous results (lent memory) in the second.
+		if a := l.allreduce; a.calls != 2*2*len(steps) || a.recvLent != a.calls || a.sendLent != a.calls-2 {
+			t.Errorf("rank %d: %d data allreduces, %d sending and %d receiving in lent memory", rank, a.calls, a.sendLent, a.recvLent)
+		}
+	}
+}
