@@ -166,7 +166,7 @@ func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 	guarded := func(n int) []byte {
 		b := make([]byte, n+1)
 		b[n] = 0xAB
-		return b[:n:n+1]
+		return b[: n : n+1]
 	}
 	intact := func(b []byte) bool { return b[: len(b)+1 : len(b)+1][len(b)] == 0xAB }
 	for _, workers := range passWorkers {
