@@ -11,9 +11,43 @@ import (
 	"github.com/gorovod/gorovod/nccl"
 )
 
+// hostBuffer is one side of a collective in pinned memory: the caller's buffer itself when it
+// lies in memory the backend lent (AllocHost), else the staging buffer, which the data is copied
+// into or out of.
+type hostBuffer struct {
+	p    *nccl.PinnedBuffer
+	off  int
+	lent bool
+}
+
+// hostBuffers finds bufs in lent memory, makes sure the staging buffer holds stagedBytes
+// when one of them is not (an empty one needs no memory), and *dev devBytes, and returns where
+// each buffer's data is to be DMAed from or to.
+func (b *Backend) hostBuffers(stagedBytes int, dev **nccl.DeviceBuffer, devBytes int, bufs ...[]byte) ([]hostBuffer, error) {
+	sides := make([]hostBuffer, len(bufs))
+	staged := 0
+	for i, buf := range bufs {
+		p, off, ok := b.lent.find(buf)
+		sides[i] = hostBuffer{p, off, ok}
+		if !ok && len(buf) > 0 {
+			staged = stagedBytes
+		}
+	}
+	if err := b.stage(staged, dev, devBytes); err != nil {
+		return nil, err
+	}
+	for i := range sides {
+		if !sides[i].lent {
+			sides[i].p = b.pinned
+		}
+	}
+	return sides, nil
+}
+
 // Allreduce stages send to the device chunk by chunk, reduces each chunk in place as soon as
 // it is there (an elementwise reduction of the chunks is the reduction of the whole), stages
-// the result back and copies it to recv.
+// the result back and copies it to recv. A side in lent memory is DMAed where it is instead:
+// an in-place allreduce on it makes no host copy at all.
 func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	t, err := ncclType(dt)
 	if err != nil {
@@ -30,32 +64,38 @@ func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	if n == 0 {
 		return nil
 	}
-	if err := b.stage(n, &b.dev, n); err != nil {
+	sides, err := b.hostBuffers(n, &b.dev, n, send, recv)
+	if err != nil {
 		return b.fail("allreduce", err)
 	}
-	s, host := b.comm.Stream(), b.pinned.Bytes()
+	from, to := sides[0], sides[1]
+	s := b.comm.Stream()
 	for off := 0; off < n; off += chunkBytes {
 		m := min(chunkBytes, n-off)
-		parallel.Copy(host[off:off+m], send[off:off+m], b.copyWorkers) // overlaps the DMA and reduction of earlier chunks
-		if err := s.CopyToDevice(b.dev, off, b.pinned, off, m); err != nil {
+		if !from.lent { // overlaps the DMA and reduction of earlier chunks
+			parallel.Copy(from.p.Bytes()[off:off+m], send[off:off+m], b.copyWorkers)
+		}
+		if err := s.CopyToDevice(b.dev, off, from.p, from.off+off, m); err != nil {
 			return b.fail("allreduce", err)
 		}
 		if err := b.comm.AllReduceAt(b.dev, off, m/dt.Size(), t, o); err != nil {
 			return b.fail("allreduce", err)
 		}
-		if err := s.CopyToHost(b.pinned, off, b.dev, off, m); err != nil {
+		if err := s.CopyToHost(to.p, to.off+off, b.dev, off, m); err != nil {
 			return b.fail("allreduce", err)
 		}
 	}
 	if err := b.wait(); err != nil {
 		return b.fail("allreduce", err)
 	}
-	parallel.Copy(recv, host[:n], b.copyWorkers)
+	if !to.lent {
+		parallel.Copy(recv, to.p.Bytes()[:n], b.copyWorkers)
+	}
 	return nil
 }
 
 // Broadcast stages root's buf to the device (only root needs to), broadcasts it and stages it
-// back on the other ranks.
+// back on the other ranks; a buf in lent memory is DMAed where it is.
 func (b *Backend) Broadcast(buf []byte, root int) error {
 	if root < 0 || root >= b.topo.Size {
 		return fmt.Errorf("ncclbackend: broadcast root %d in a job of size %d", root, b.topo.Size)
@@ -64,13 +104,17 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 	if n == 0 {
 		return nil
 	}
-	if err := b.stage(n, &b.dev, n); err != nil {
+	sides, err := b.hostBuffers(n, &b.dev, n, buf)
+	if err != nil {
 		return b.fail("broadcast", err)
 	}
+	h := sides[0]
 	s := b.comm.Stream()
 	if b.topo.Rank == root {
-		parallel.Copy(b.pinned.Bytes(), buf, b.copyWorkers)
-		if err := s.CopyToDevice(b.dev, 0, b.pinned, 0, n); err != nil {
+		if !h.lent {
+			parallel.Copy(h.p.Bytes(), buf, b.copyWorkers)
+		}
+		if err := s.CopyToDevice(b.dev, 0, h.p, h.off, n); err != nil {
 			return b.fail("broadcast", err)
 		}
 	}
@@ -80,19 +124,22 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 	if b.topo.Rank == root {
 		return b.fail("broadcast", b.wait())
 	}
-	if err := s.CopyToHost(b.pinned, 0, b.dev, 0, n); err != nil {
+	if err := s.CopyToHost(h.p, h.off, b.dev, 0, n); err != nil {
 		return b.fail("broadcast", err)
 	}
 	if err := b.wait(); err != nil {
 		return b.fail("broadcast", err)
 	}
-	parallel.Copy(buf, b.pinned.Bytes()[:n], b.copyWorkers)
+	if !h.lent {
+		parallel.Copy(buf, h.p.Bytes()[:n], b.copyWorkers)
+	}
 	return nil
 }
 
 // Allgatherv pads every rank's part to the largest count (NCCL has no allgatherv), gathers
 // with ncclAllGather and drops the padding on the way back to the host: the copy of rank r's
-// part lands directly at its offset in recv.
+// part lands directly at its offset in recv (or in the staging buffer). send and recv in lent
+// memory are DMAed where they are.
 func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if len(counts) != b.topo.Size || counts[b.topo.Rank] != len(send) {
 		return fmt.Errorf("ncclbackend: allgatherv: counts %v for rank %d of %d sending %d bytes", counts, b.topo.Rank, b.topo.Size, len(send))
@@ -110,28 +157,32 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if most == 0 {
 		return nil
 	}
-	if err := b.stage(total, &b.dev, most); err != nil { // total >= most >= len(send)
+	sides, err := b.hostBuffers(total, &b.dev, most, send, recv) // total >= most >= len(send)
+	if err != nil {
 		return b.fail("allgatherv", err)
 	}
+	from, to := sides[0], sides[1]
 	if err := b.stage(0, &b.gather, most*b.topo.Size); err != nil {
 		return b.fail("allgatherv", err)
 	}
 	s := b.comm.Stream()
-	parallel.Copy(b.pinned.Bytes(), send, b.copyWorkers)
 	if len(send) > 0 {
-		if err := s.CopyToDevice(b.dev, 0, b.pinned, 0, len(send)); err != nil {
+		if !from.lent {
+			parallel.Copy(from.p.Bytes(), send, b.copyWorkers)
+		}
+		if err := s.CopyToDevice(b.dev, 0, from.p, from.off, len(send)); err != nil {
 			return b.fail("allgatherv", err)
 		}
 	}
 	if err := b.comm.AllGather(b.dev, b.gather, most, nccl.Uint8); err != nil {
 		return b.fail("allgatherv", err)
 	}
-	// The copies back are queued after the gather on the same stream, so they overwrite the
-	// pinned send data only once it is on the device.
+	// The copies back are queued after the gather on the same stream, so they overwrite staged
+	// send data only once it is on the device.
 	off := 0
 	for r, c := range counts {
 		if c > 0 {
-			if err := s.CopyToHost(b.pinned, off, b.gather, r*most, c); err != nil {
+			if err := s.CopyToHost(to.p, to.off+off, b.gather, r*most, c); err != nil {
 				return b.fail("allgatherv", err)
 			}
 		}
@@ -140,7 +191,9 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if err := b.wait(); err != nil {
 		return b.fail("allgatherv", err)
 	}
-	parallel.Copy(recv, b.pinned.Bytes()[:total], b.copyWorkers)
+	if !to.lent {
+		parallel.Copy(recv, to.p.Bytes()[:total], b.copyWorkers)
+	}
 	return nil
 }
 
@@ -191,11 +244,11 @@ func (b *Backend) Abort(code int) {
 	b.control.Abort(code)
 }
 
-// Close destroys the communicator and frees the staging buffers. The control backend is
-// horovod's to close.
+// Close destroys the communicator and frees the staging buffers and the memory it lent. The
+// control backend is horovod's to close.
 func (b *Backend) Close() error {
 	var errs []error
-	errs = append(errs, b.comm.Close())
+	errs = append(errs, b.comm.Close(), b.lent.close())
 	for _, d := range []*nccl.DeviceBuffer{b.dev, b.gather} {
 		if d != nil {
 			errs = append(errs, d.Close())

@@ -9,7 +9,9 @@
 // gradients back on the host, so every collective stages its buffer through pinned host
 // memory to the device and back, in chunks, so that the Go copy of one chunk overlaps the DMA
 // and the reduction of the previous ones; the copies use several cores (package
-// horovod/internal/parallel). float16 reduces as ncclHalf.
+// horovod/internal/parallel). Buffers in pinned memory the backend lent (AllocHost, the
+// backend.HostAllocator horovod keeps a Reducer's arenas in) skip the copy on their side.
+// float16 reduces as ncclHalf.
 package ncclbackend
 
 import (
@@ -58,12 +60,14 @@ type Backend struct {
 	// receive side). All grow on demand and are reused.
 	pinned      *nccl.PinnedBuffer
 	dev, gather *nccl.DeviceBuffer
+	// lent is the pinned memory AllocHost handed out, which collectives DMA where it is.
+	lent lentMemory
 	// copyWorkers is how many goroutines copy between Go memory and the pinned buffer: this
 	// rank's share of the machine's cores (one core's copy is several times slower than the DMA).
 	copyWorkers int
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var _ backend.HostAllocator = (*Backend)(nil)
 
 // Open sets up NCCL for the job control describes. Every rank calls it; the ranks agree over
 // control on whether each succeeded, so that a rank without a GPU or without NCCL makes every
@@ -274,10 +278,11 @@ func ncclOp(op backend.ReduceOp) (nccl.RedOp, error) {
 // staging buffers every step.
 func capacity(n int) int { return (n + chunkBytes - 1) / chunkBytes * chunkBytes }
 
-// stage makes sure the pinned buffer holds n bytes and *dev holds devBytes.
+// stage makes sure the pinned buffer holds n bytes (none is allocated for 0) and *dev holds
+// devBytes.
 func (b *Backend) stage(n int, dev **nccl.DeviceBuffer, devBytes int) error {
 	rt := b.lib.Runtime()
-	if b.pinned == nil || b.pinned.Size() < n {
+	if n > 0 && (b.pinned == nil || b.pinned.Size() < n) {
 		if b.pinned != nil {
 			if err := b.pinned.Close(); err != nil {
 				return err

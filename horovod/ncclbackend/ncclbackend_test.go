@@ -46,25 +46,34 @@ func setupFakeLibraries(t testing.TB) {
 	t.Setenv("FAKE_FAIL", "")
 }
 
-// openOneRank opens the backend in a job of one process: over the real libraries where a GPU
-// is available, else over the fake ones (unless GOROVOD_REQUIRE_GPU is set, as
+// fakeUnlessGPU leaves discovery to find the real libraries where a GPU is available and
+// points it at the fake ones elsewhere (unless GOROVOD_REQUIRE_GPU is set, as
 // scripts/gpu-check.sh does: then a missing GPU is a failure).
+func fakeUnlessGPU(t testing.TB) {
+	t.Helper()
+	err := usable(nccl.Options{}, local.Backend{}.Topology())
+	if err == nil {
+		return
+	}
+	var nf *nccl.LibraryNotFoundError
+	var nd *nccl.NoDeviceError
+	if os.Getenv("GOROVOD_REQUIRE_GPU") != "" || !errors.As(err, &nf) && !errors.As(err, &nd) {
+		t.Fatal(err)
+	}
+	t.Logf("no GPU (%v); using the fake libraries", strings.SplitN(err.Error(), "\n", 2)[0])
+	setupFakeLibraries(t)
+}
+
+// openOneRank opens the backend in a job of one process, over the real libraries where a GPU
+// is available, else over the fake ones (fakeUnlessGPU).
 func openOneRank(t testing.TB) *Backend {
 	t.Helper()
+	fakeUnlessGPU(t)
 	var logs []string
 	logf := func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }
 	b, err := Open(local.Backend{}, Config{Logf: logf})
 	if err != nil {
-		var nf *nccl.LibraryNotFoundError
-		var nd *nccl.NoDeviceError
-		if os.Getenv("GOROVOD_REQUIRE_GPU") != "" || !errors.As(err, &nf) && !errors.As(err, &nd) {
-			t.Fatal(err)
-		}
-		t.Logf("no GPU (%v); using the fake libraries", strings.SplitN(err.Error(), "\n", 2)[0])
-		setupFakeLibraries(t)
-		if b, err = Open(local.Backend{}, Config{Logf: logf}); err != nil {
-			t.Fatal(err)
-		}
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
