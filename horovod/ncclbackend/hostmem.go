@@ -99,4 +99,3 @@ func (m *lentMemory) close() error {
 	m.allocs, m.starts = nil, nil
 	return errors.Join(errs...)
 }
-
