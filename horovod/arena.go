@@ -7,10 +7,11 @@ import (
 	"github.com/gorovod/gorovod/horovod/backend"
 )
 
-// arena is memory a Reducer reuses from step to step, holding a step's tensors back to back so
-// that fusion reads and writes them in place. It comes from the data backend when that lends
-// memory its collectives move without staging (backend.HostAllocator: pinned memory for NCCL,
-// where an allreduce in place on the arena makes no host copy at all), else from Go.
+// arena is host memory reused from step to step: a Reducer's results and float16 wire copies,
+// each step's tensors back to back so that fusion reads and writes them in place, and the
+// fusion buffer. It comes from the data backend when that lends memory its collectives move
+// without staging (backend.HostAllocator: pinned memory for NCCL, where an allreduce in place on
+// an arena makes no host copy at all), else from Go.
 type arena struct {
 	host backend.HostAllocator // nil: Go memory
 	mem  []byte                // the allocation, as AllocHost or make returned it
@@ -37,7 +38,7 @@ func (a *arena) grow(n int) error {
 	}
 	mem, err := a.host.AllocHost(n)
 	if err != nil {
-		return fmt.Errorf("horovod: reducer: allocating %d bytes of the %s backend's host memory: %w", n, a.host.Name(), err)
+		return fmt.Errorf("horovod: allocating %d bytes of the %s backend's host memory: %w", n, a.host.Name(), err)
 	}
 	a.old, a.mem, a.buf = a.mem, mem, mem[:n]
 	return nil
@@ -52,7 +53,7 @@ func (a *arena) settle() error {
 		return nil
 	}
 	if err := a.host.FreeHost(old); err != nil {
-		return fmt.Errorf("horovod: reducer: freeing %d bytes of the %s backend's host memory: %w", len(old), a.host.Name(), err)
+		return fmt.Errorf("horovod: freeing %d bytes of the %s backend's host memory: %w", len(old), a.host.Name(), err)
 	}
 	return nil
 }
@@ -62,7 +63,7 @@ func (a *arena) release() error {
 	err := a.settle()
 	if a.host != nil && a.mem != nil {
 		if e := a.host.FreeHost(a.mem); e != nil {
-			err = errors.Join(err, fmt.Errorf("horovod: reducer: freeing %d bytes of the %s backend's host memory: %w", len(a.mem), a.host.Name(), e))
+			err = errors.Join(err, fmt.Errorf("horovod: freeing %d bytes of the %s backend's host memory: %w", len(a.mem), a.host.Name(), e))
 		}
 	}
 	a.mem, a.buf = nil, nil

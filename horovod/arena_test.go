@@ -89,7 +89,8 @@ func (l *lending) Close() error {
 // TestReducerArenasInLentMemory runs the same Reducer steps in a two-rank job whose data backend
 // lends host memory and in one whose backend does not: the results must be the same bytes; with
 // the lender, the results and the float16 wire copies must lie in its memory and the fused
-// allreduces run in place there, and memory the arenas outgrow must be given back only after
+// allreduces run in place there, as must a grouped allreduce of tensors apart (in the fusion
+// buffer); memory the arenas outgrow must be given back only after
 // the step that reads it (the previous step's results handed back to Reduce, with more
 // gradients than before) and all of it at Close.
 func TestReducerArenasInLentMemory(t *testing.T) {
@@ -159,6 +160,14 @@ func TestReducerArenasInLentMemory(t *testing.T) {
 					return err
 				}
 			}
+			// Tensors apart in Go memory fuse in the fusion buffer, which is lent memory too.
+			grouped, err := h.GroupedAllreduce(grads[1:], AllreduceOptions{})
+			if err != nil {
+				return err
+			}
+			for _, g := range grouped {
+				out = append(out, g.Data...)
+			}
 			results[h.Rank()] = out
 			return nil
 		})
@@ -171,15 +180,17 @@ func TestReducerArenasInLentMemory(t *testing.T) {
 			t.Errorf("rank %d: the results in lent memory differ from those in Go memory", rank)
 		}
 		l := lenders[rank]
-		// Per Reducer: the result arena, plus the wire arena with fp16; each allocated twice.
-		if l.allocs != 2*(1+2+2) || len(l.freed) != l.allocs {
-			t.Errorf("rank %d: %d allocations, %d freed; want 10 and all", rank, l.allocs, len(l.freed))
+		// Per Reducer: the result arena, plus the wire arena with fp16; each allocated twice and
+		// given back. Then the fusion buffer, the backend's until Shutdown.
+		if l.allocs != 2*(1+2+2)+1 || len(l.freed) != 10 {
+			t.Errorf("rank %d: %d allocations, %d freed; want 11 and 10", rank, l.allocs, len(l.freed))
 		}
 		// Every step's float32 gradients fuse into one allreduce in place in an arena; the int32
 		// one (its own dtype) writes into the result arena and reads the caller's memory in the
 		// first step of the two Reducers without a prescale (with one, it is scaled in the result
-		// arena first), the previous results (lent memory) in the second.
-		if a := l.allreduce; a.calls != 2*2*len(steps) || a.recvLent != a.calls || a.sendLent != a.calls-2 {
+		// arena first), the previous results (lent memory) in the second. The grouped allreduce
+		// runs in place in the fusion buffer.
+		if a := l.allreduce; a.calls != 2*2*len(steps)+1 || a.recvLent != a.calls || a.sendLent != a.calls-2 {
 			t.Errorf("rank %d: %d data allreduces, %d sending and %d receiving in lent memory", rank, a.calls, a.sendLent, a.recvLent)
 		}
 	}

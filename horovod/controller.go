@@ -68,7 +68,7 @@ type controller struct {
 	joinedAt   []int // cycle at which each rank joined; -1 if it has not
 	cycle      int
 	lastWarn   time.Time
-	fusion     []byte
+	fusion     arena // in the data backend's memory when it lends some (backend.HostAllocator)
 	timeline   *timeline
 
 	busySince atomic.Int64 // unix ns when the current backend call began; 0 when none
@@ -85,6 +85,9 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		table:      map[string]*entry{},
 		cacheIndex: map[string]int{},
 		joinedAt:   slices.Repeat([]int{-1}, t.Size),
+	}
+	if host, ok := data.(backend.HostAllocator); ok {
+		c.fusion.host = host
 	}
 	if h.cfg.Timeline != "" && t.Rank == 0 {
 		tl, err := newTimeline(h.cfg.Timeline)

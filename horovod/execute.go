@@ -1,6 +1,7 @@
 package horovod
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -194,10 +195,11 @@ func (c *controller) allreduce(batch []*response) error {
 	}
 	buf := out
 	if buf == nil {
-		if cap(c.fusion) < total {
-			c.fusion = make([]byte, total)
+		// The buffer outgrown held nothing of this batch: it goes at once.
+		if err := errors.Join(c.fusion.grow(total), c.fusion.settle()); err != nil {
+			return err
 		}
-		buf = c.fusion[:total]
+		buf = c.fusion.buf
 	}
 	if in == nil || s.prescale != 1 {
 		parts := [][]byte{in}
