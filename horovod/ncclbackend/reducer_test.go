@@ -1,0 +1,217 @@
+package ncclbackend
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/local"
+)
+
+// bertBaseShapes are the shapes of the trainable variables of BERT-base uncased (12 layers,
+// hidden size 768, intermediate size 3072, vocabulary 30522, 512 positions, 2 token types) with
+// run_classifier's two-label output layer, in the order of Google's checkpoint: 201 gradients,
+// bertBaseParameters values, most of them 768x768 kernels (2.36 MB) and 768-element vectors.
+func bertBaseShapes() [][]int {
+	const hidden, inner, layers, vocab, positions, types, labels = 768, 3072, 12, 30522, 512, 2, 2
+	shapes := [][]int{
+		{vocab, hidden}, {types, hidden}, {positions, hidden}, // word, token type, position embeddings
+		{hidden}, {hidden}, // embeddings LayerNorm gamma, beta
+	}
+	for range layers {
+		for range 3 { // attention query, key, value: kernel, bias
+			shapes = append(shapes, []int{hidden, hidden}, []int{hidden})
+		}
+		shapes = append(shapes,
+			[]int{hidden, hidden}, []int{hidden}, // attention output dense
+			[]int{hidden}, []int{hidden}, // attention output LayerNorm
+			[]int{hidden, inner}, []int{inner}, // intermediate dense
+			[]int{inner, hidden}, []int{hidden}, // output dense
+			[]int{hidden}, []int{hidden}) // output LayerNorm
+	}
+	return append(shapes,
+		[]int{hidden, hidden}, []int{hidden}, // pooler dense
+		[]int{labels, hidden}, []int{labels}) // classifier output_weights, output_bias
+}
+
+// gradients makes one float32 gradient per shape, each allocated apart as a train step's
+// fetches are, with values exact in float16 (so fp16 compression at size 1 returns them as they
+// were).
+func gradients(t testing.TB, shapes [][]int) []horovod.NamedTensor {
+	grads := make([]horovod.NamedTensor, len(shapes))
+	k := 0
+	for i, shape := range shapes {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for j := range v {
+			v[j] = float32((k+j)%1000-500) / 1024
+		}
+		k += n
+		g, err := horovod.NewTensor(shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads[i] = horovod.NamedTensor{Name: fmt.Sprintf("g%03d", i), Tensor: g}
+	}
+	return grads
+}
+
+// stagedOnly is the NCCL backend without its backend.HostAllocator: a Reducer over it keeps
+// its arenas in Go memory, which every collective stages through pinned memory (the path before
+// the backend lent memory, and the path of every Allreduce on memory horovod allocates).
+type stagedOnly struct{ backend.Backend }
+
+// initNCCL starts a job of size 1 whose collectives run on the NCCL backend (over the fake
+// libraries without a GPU); lend false hides the backend's HostAllocator. It returns the
+// backend too.
+func initNCCL(t testing.TB, lend bool) (*horovod.Horovod, *Backend) {
+	t.Helper()
+	fakeUnlessGPU(t)
+	var nb *Backend
+	open := func(control backend.Backend) (backend.Backend, error) {
+		b, err := Open(control, Config{Logf: t.Logf})
+		if err != nil {
+			return nil, err
+		}
+		nb = b
+		if !lend {
+			return stagedOnly{b}, nil
+		}
+		return b, nil
+	}
+	h, err := horovod.Init(horovod.WithBackend(local.Backend{}), horovod.WithDataBackend(open))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	})
+	if h.Backend() != "nccl" {
+		t.Fatalf("the collectives run on %q", h.Backend())
+	}
+	return h, nb
+}
+
+// TestReducerOverNCCL runs Reducer steps (uncompressed, fp16, fp16 with a predivide factor)
+// over the NCCL backend with its lent memory, over the NCCL backend staging Go memory, and over
+// the local backend: the results must be the same bytes, and with lent memory the results must
+// lie in it, with no staging buffer allocated (every allreduce ran in place on an arena).
+func TestReducerOverNCCL(t *testing.T) {
+	shapes := [][]int{{3, 700}, {700}, {5}, {64, 300}, {1}}
+	opts := []horovod.ReducerOptions{
+		{},
+		{Compression: horovod.FP16Compression},
+		{Compression: horovod.FP16Compression, GradientPredivideFactor: 4},
+	}
+	run := func(h *horovod.Horovod, nb *Backend) [][]byte {
+		var out [][]byte
+		for _, o := range opts {
+			r, err := h.NewReducer(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for step := range 2 {
+				reduced, _, err := r.Reduce(gradients(t, shapes))
+				if err != nil {
+					t.Fatalf("%+v: %v", o, err)
+				}
+				var b []byte
+				for _, g := range reduced {
+					b = append(b, g.Data...)
+					if nb != nil && nb.lent.allocs != nil {
+						if _, _, ok := nb.lent.find(g.Data); !ok {
+							t.Errorf("%+v, step %d: result %s is not in lent memory", o, step, g.Name)
+						}
+					}
+				}
+				out = append(out, b)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	hl, err := horovod.Init(horovod.WithBackend(local.Backend{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Shutdown()
+	want := run(hl, nil)
+	h, nb := initNCCL(t, true)
+	lent := run(h, nb)
+	if nb.pinned != nil {
+		t.Errorf("Reducer steps on lent arenas allocated a %d-byte staging buffer", nb.pinned.Size())
+	}
+	if len(nb.lent.allocs) != 0 {
+		t.Errorf("%d allocations still lent after every Reducer's Close", len(nb.lent.allocs))
+	}
+	hs, _ := initNCCL(t, false)
+	staged := run(hs, nil)
+	for i := range want {
+		if !bytes.Equal(lent[i], want[i]) || !bytes.Equal(staged[i], want[i]) {
+			t.Errorf("step %d: lent arenas equal the local backend: %v, staged arenas: %v", i, bytes.Equal(lent[i], want[i]), bytes.Equal(staged[i], want[i]))
+		}
+	}
+}
+
+// BenchmarkReducerStepBERTBase is what finetune pays on the host per step to average BERT-base's
+// gradients (its 201 tensors as a train step fetches them) on one GPU: horovod at size 1 with
+// the NCCL data backend, a Reducer step uncompressed (none) and fp16-compressed. With
+// arenas=pinned the Reducer's arenas are the backend's pinned memory, so the fused allreduces
+// run in place there with no staging copy; with arenas=go they are Go memory, staged through
+// pinned memory on the way to the device and back (the path before the backend lent memory).
+// Without a GPU it runs over the fake libraries, whose "DMA" is a memcpy.
+func BenchmarkReducerStepBERTBase(b *testing.B) {
+	grads := gradients(b, bertBaseShapes())
+	total := 0
+	for _, g := range grads {
+		total += g.NumElements()
+	}
+	if len(grads) != 201 || total != bertBaseParameters {
+		b.Fatalf("%d gradients of %d values, want 201 of %d", len(grads), total, bertBaseParameters)
+	}
+	for _, arenas := range []string{"pinned", "go"} {
+		b.Run("arenas="+arenas, func(b *testing.B) {
+			h, _ := initNCCL(b, arenas == "pinned")
+			for _, c := range []struct {
+				name string
+				opts horovod.ReducerOptions
+			}{
+				{"none", horovod.ReducerOptions{}},
+				{"fp16", horovod.ReducerOptions{Compression: horovod.FP16Compression}},
+			} {
+				b.Run(c.name, func(b *testing.B) {
+					r, err := h.NewReducer(c.opts)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer r.Close()
+					var reduced []horovod.NamedTensor
+					step := func() {
+						if reduced, _, err = r.Reduce(grads); err != nil {
+							b.Fatal(err)
+						}
+					}
+					step() // allocates the arenas and the backend's device (and staging) buffers
+					b.SetBytes(int64(4 * total))
+					for b.Loop() {
+						step()
+					}
+					for i, g := range reduced { // the average over one rank is the gradient
+						if !bytes.Equal(g.Data, grads[i].Data) {
+							b.Fatalf("gradient %s changed", g.Name)
+						}
+					}
+				})
+			}
+		})
+	}
+}
