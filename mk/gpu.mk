@@ -57,6 +57,7 @@ gpu-check-bundle:
 	mkdir -p "$$dir/lib" && touch "$$dir/$(GPU_CHECK_BUNDLE_MARKER)"
 	$(GO) test -c -o $(GPU_CHECK_BUNDLE)/nccl.test $(ROOT)/nccl
 	$(GO) test -c -o $(GPU_CHECK_BUNDLE)/ncclbackend.test $(ROOT)/horovod/ncclbackend
+	$(GO) test -c -o $(GPU_CHECK_BUNDLE)/horovod.test $(ROOT)/horovod
 	@deps=$$(ldd '$(GPU_CHECK_BUNDLE)/ncclbackend.test') || exit 1; \
 	if echo "$$deps" | grep 'not found'; then echo 'gpu-check-bundle: ncclbackend.test has unresolved libraries (above)' >&2; exit 1; fi; \
 	echo "$$deps" | awk '$$2 == "=>" && $$3 ~ /^\// { n = split($$3, p, "/"); \
