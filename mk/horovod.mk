@@ -11,7 +11,9 @@
 #                       freezing alone on one machine; then finetune's GPU placement per
 #                       machine and a 2+2 training run equal to one rank with 4x the batch
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
-#                       conversion vs memcpy and vs github.com/x448/float16
+#                       conversion vs memcpy and vs github.com/x448/float16; then a Reducer step
+#                       over MiniLM's gradients and a 128 MiB copy on one goroutine and on this
+#                       rank's share of the cores, side by side
 #
 # go-test runs the same suites as a job of size 1, the in-process multi-rank controller tests, and
 # the failure tests (dead, stalled, frozen rank), which launch their own mpirun.
@@ -64,3 +66,5 @@ bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)
 	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
 	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
+	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep' -benchtime 10x ./horovod
+	cd $(ROOT) && $(GO) test -run '^$$' -bench 'Copy' -benchtime 10x ./horovod/internal/parallel
