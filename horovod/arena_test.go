@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // lending is a data backend that lends host memory (backend.HostAllocator) over another
@@ -22,7 +23,7 @@ type lending struct {
 	live      map[*byte][]byte
 	freed     [][]byte
 	allocs    int
-	allreduce struct{ calls, sendLent, recvLent int }
+	allreduce struct{ calls, sendLent, recvLent, overlapping int }
 	closed    bool
 }
 
@@ -74,6 +75,9 @@ func (l *lending) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	}
 	if within(recv, l.live) {
 		l.allreduce.recvLent++
+	}
+	if parallel.Overlap(send, recv) && !parallel.Same(send, recv) { // backend.Backend forbids it
+		l.allreduce.overlapping++
 	}
 	l.mu.Unlock()
 	return l.Backend.Allreduce(send, recv, dt, op)

@@ -59,6 +59,9 @@ type controller struct {
 	joinResult    chan int
 	wake          chan struct{}
 	stopped       chan struct{}
+	// closing is held for reading by callers that touch memory the data backend lent (a
+	// Reducer's arenas) and for writing while Shutdown closes the backends, which frees it.
+	closing sync.RWMutex
 
 	// Owned by the loop goroutine; the first four are identical on every rank.
 	table      map[string]*entry
@@ -86,9 +89,7 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		cacheIndex: map[string]int{},
 		joinedAt:   slices.Repeat([]int{-1}, t.Size),
 	}
-	if host, ok := data.(backend.HostAllocator); ok {
-		c.fusion.host = host
-	}
+	c.fusion = h.hostArena(data)
 	if h.cfg.Timeline != "" && t.Rank == 0 {
 		tl, err := newTimeline(h.cfg.Timeline)
 		if err != nil {
@@ -148,6 +149,8 @@ func (c *controller) shutdown() error {
 	c.mu.Unlock()
 	c.poke()
 	<-c.stopped
+	c.closing.Lock() // waits for a Reducer step on lent memory to return (the loop has failed it)
+	defer c.closing.Unlock()
 	var errs []string
 	if c.data != c.control {
 		if err := c.data.Close(); err != nil {
@@ -164,6 +167,22 @@ func (c *controller) shutdown() error {
 		return fmt.Errorf("horovod: shutdown: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// hold keeps Shutdown from closing the backends, and so from freeing the memory the data
+// backend lent, until release is called. It fails with the error every later operation gets
+// (ErrShutdown after Shutdown) once the loop has stopped: that memory is then freed, or is about
+// to be, and must not be touched.
+func (c *controller) hold() (release func(), err error) {
+	c.closing.RLock()
+	c.mu.Lock()
+	err = c.stopErr
+	c.mu.Unlock()
+	if err != nil {
+		c.closing.RUnlock()
+		return nil, err
+	}
+	return c.closing.RUnlock, nil
 }
 
 // join announces that this rank has no more data and waits until every rank has; it returns the

@@ -1,7 +1,6 @@
 package horovod
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -170,6 +169,16 @@ func (c *controller) allreduce(batch []*response) error {
 		// One tensor needs no fusion buffer: reduce straight from its input into its output.
 		o := ops[0]
 		in := o.input
+		if parallel.Overlap(in, o.output) && !parallel.Same(in, o.output) {
+			// Partly overlapping (a Reducer's previous results handed back at other offsets):
+			// neither the copy below nor a backend may read and write such buffers at once.
+			c.fusion.grow(len(in), false)
+			if err := c.fusion.settle(); err != nil {
+				return err
+			}
+			parallel.Copy(c.fusion.buf, in, c.h.workers)
+			in = c.fusion.buf
+		}
 		if s.prescale != 1 {
 			parallel.Copy(o.output, in, c.h.workers)
 			scale(o.output, s.dtype, s.prescale, c.h.workers)
@@ -193,10 +202,17 @@ func (c *controller) allreduce(batch []*response) error {
 	if given(ops) { // outputs horovod allocated itself are adjacent only by chance
 		out = span(ops, func(o operand) []byte { return o.output })
 	}
+	if out != nil && !reducibleInto(ops, out) {
+		out = nil
+	}
+	if in != nil && out != nil && parallel.Overlap(in, out) && !parallel.Same(in, out) {
+		in = nil
+	}
 	buf := out
 	if buf == nil {
 		// The buffer outgrown held nothing of this batch: it goes at once.
-		if err := errors.Join(c.fusion.grow(total), c.fusion.settle()); err != nil {
+		c.fusion.grow(total, false)
+		if err := c.fusion.settle(); err != nil {
 			return err
 		}
 		buf = c.fusion.buf
@@ -242,6 +258,20 @@ func (c *controller) allreduce(batch []*response) error {
 func given(ops []operand) bool {
 	for _, o := range ops {
 		if o.req == nil || o.req.output == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// reducibleInto reports whether the batch can be gathered into, and reduced in, out (the
+// outputs' span) itself: every input is either its own output (in place) or apart from all of
+// out. An input elsewhere in out (a Reducer's previous results handed back in another order or
+// next to other tensors) would be overwritten before it is read; such a batch goes through the
+// fusion buffer, whose results are scattered only once every input has been read.
+func reducibleInto(ops []operand, out []byte) bool {
+	for _, o := range ops {
+		if !parallel.Same(o.input, o.output) && parallel.Overlap(o.input, out) {
 			return false
 		}
 	}

@@ -47,6 +47,8 @@ type Horovod struct {
 	groups   atomic.Uint64 // grouped allreduce counter: groups are numbered in call order
 	shutdown sync.Once
 	closeErr error
+	// hostFallback logs, once, that the data backend could not lend host memory for an arena.
+	hostFallback sync.Once
 
 	// workers is how many goroutines one large host-memory pass (fp16 compression, scaling,
 	// the fusion buffer's copies) may use: this process's share of the machine's cores.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/fp16"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
@@ -90,9 +89,7 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 		opts.Prefix = "gradients/"
 	}
 	r := &Reducer{h: h, opts: opts, accum: map[string]*NamedTensor{}}
-	if host, ok := h.ctl.data.(backend.HostAllocator); ok {
-		r.outArena.host, r.wireArena.host = host, host
-	}
+	r.outArena, r.wireArena = h.hostArena(h.ctl.data), h.hostArena(h.ctl.data)
 	return r, nil
 }
 
@@ -100,9 +97,23 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 // host memory (backend.HostAllocator: NCCL's pinned memory), that memory is the backend's until
 // Shutdown unless Close returns it earlier. The results of the last Reduce are invalid
 // afterwards; a later Reduce allocates anew. There is no finalizer to do it instead: the
-// results the caller holds refer to the arenas without keeping the Reducer reachable.
+// results the caller holds refer to the arenas without keeping the Reducer reachable. After
+// Shutdown (or once the background loop has failed) Close does nothing: Shutdown frees that
+// memory with the backend.
 func (r *Reducer) Close() error {
+	release, err := r.h.ctl.hold()
+	if err != nil {
+		r.abandon()
+		return nil
+	}
+	defer release()
 	return errors.Join(r.outArena.release(), r.wireArena.release())
+}
+
+// abandon forgets the arenas once the loop has stopped: Shutdown frees them with the backend.
+func (r *Reducer) abandon() {
+	r.outArena.abandon()
+	r.wireArena.abandon()
 }
 
 // GradientScale is the factor Reduce's results must be multiplied by to be what Average
@@ -121,9 +132,18 @@ func (r *Reducer) GradientScale() float64 {
 // BackwardPassesPerStep is 1) it returns the reduced gradients, in the order given, and ready ==
 // true; on the other passes it accumulates them locally and returns ready == false. The returned
 // tensors are owned by the Reducer and stay valid until the next call of Reduce has returned (so
-// they may be given back to it), Close or Shutdown (with InPlace they are the given gradients, or
-// with BackwardPassesPerStep > 1 the Reducer's accumulators).
+// they may be given back to it, in any order, among other tensors), Close or Shutdown (with
+// InPlace they are the given gradients, or with BackwardPassesPerStep > 1 the Reducer's
+// accumulators). With a data backend that lends host memory (NCCL's pinned memory) they live in
+// that memory, which Shutdown frees: copy what must outlive Shutdown. After Shutdown, Reduce
+// returns the error every collective does then (wrapping ErrShutdown).
 func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool, err error) {
+	release, err := r.h.ctl.hold()
+	if err != nil {
+		r.abandon()
+		return nil, false, err
+	}
+	defer release()
 	seen := make(map[string]bool, len(grads))
 	for _, g := range grads {
 		if seen[g.Name] {
@@ -201,14 +221,15 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 			wireBytes += 2 * g.NumElements()
 		}
 	}
-	if err := errors.Join(r.outArena.grow(outBytes), r.wireArena.grow(wireBytes)); err != nil {
-		return nil, err
-	}
-	// Once every collective of the step is over (waitAll waits for all of them), the memory the
-	// arenas outgrew may go: nothing of this step reads it any more.
+	freshOut, freshWire := r.inputsInArenas(grads, outBytes, wireBytes)
+	r.outArena.grow(outBytes, freshOut)
+	r.wireArena.grow(wireBytes, freshWire)
+	// Once every collective of the step is over (waitAll waits for all of them) and it has
+	// succeeded, the memory the arenas outgrew may go: nothing of this step reads it any more.
+	// After a failure the backend may still be at it: it goes after the next successful step.
 	defer func() {
-		if e := errors.Join(r.outArena.settle(), r.wireArena.settle()); e != nil {
-			err = errors.Join(err, e)
+		if err == nil {
+			err = errors.Join(r.outArena.settle(), r.wireArena.settle())
 		}
 	}()
 	outs := make([][]byte, len(grads))
@@ -273,6 +294,34 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 	}
 	decompress(convs, factor, r.h.workers)
 	return out, nil
+}
+
+// inputsInArenas reports whether this step must put its results (freshOut) or its float16 wire
+// copies (freshWire) in new memory because an input lies where they would go: the previous
+// step's results handed back to Reduce in another arrangement (another order, other tensors
+// before them) would be overwritten by the fusion copies and the reductions before they are
+// read. An input that is exactly its own result slot is reduced in place and needs nothing new.
+func (r *Reducer) inputsInArenas(grads []NamedTensor, outBytes, wireBytes int) (freshOut, freshWire bool) {
+	var out, wire []byte // the memory the step writes, if it stays in the current allocations
+	if outBytes <= len(r.outArena.mem) {
+		out = r.outArena.mem[:outBytes]
+	}
+	if wireBytes <= len(r.wireArena.mem) {
+		wire = r.wireArena.mem[:wireBytes]
+	}
+	off := 0
+	for _, g := range grads {
+		if !r.opts.InPlace {
+			if parallel.Overlap(g.Data, out) && !parallel.Same(g.Data, out[off:off+len(g.Data)]) {
+				freshOut = true
+			}
+			off += len(g.Data)
+		}
+		if parallel.Overlap(g.Data, wire) {
+			freshWire = true
+		}
+	}
+	return freshOut, freshWire
 }
 
 // addInto adds src into dst elementwise (local gradient accumulation), over up to workers

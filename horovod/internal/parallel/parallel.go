@@ -7,6 +7,7 @@ package parallel
 import (
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // MaxWorkers caps the goroutines of one pass: beyond about eight, one socket's memory
@@ -40,6 +41,24 @@ func For(n, elemBytes, align, workers int, f func(lo, hi int)) {
 	}
 	f(0, min(piece, n))
 	wg.Wait()
+}
+
+// Overlap reports whether a and b share at least one byte. Copy, Gather and Scatter split their
+// work over goroutines, so, unlike copy, they need a destination that does not overlap its
+// source; a collective whose send and receive buffers are neither identical nor disjoint needs
+// a copy of one of them too.
+func Overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+// Same reports whether a and b are the same bytes: same start, same length (an in-place
+// operation, as opposed to one on buffers that merely overlap).
+func Same(a, b []byte) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // Copy is copy(dst, src) for large buffers, with up to workers goroutines.

@@ -172,3 +172,32 @@ func BenchmarkCopy(b *testing.B) {
 		})
 	}
 }
+
+func TestOverlapAndSame(t *testing.T) {
+	buf := make([]byte, 100)
+	other := make([]byte, 10)
+	for _, c := range []struct {
+		name          string
+		a, b          []byte
+		overlap, same bool
+	}{
+		{"identical", buf[10:20], buf[10:20], true, true},
+		{"same start, longer", buf[10:20], buf[10:30], true, false},
+		{"shifted", buf[10:20], buf[15:25], true, false},
+		{"inside", buf[10:40], buf[20:30], true, false},
+		{"adjacent", buf[10:20], buf[20:30], false, false},
+		{"last byte shared", buf[10:21], buf[20:30], true, false},
+		{"other allocation", buf, other, false, false},
+		{"empty", buf[10:10], buf[5:15], false, false},
+	} {
+		if got := Overlap(c.a, c.b); got != c.overlap {
+			t.Errorf("%s: Overlap = %v", c.name, got)
+		}
+		if got := Overlap(c.b, c.a); got != c.overlap {
+			t.Errorf("%s: Overlap reversed = %v", c.name, got)
+		}
+		if got := Same(c.a, c.b); got != c.same {
+			t.Errorf("%s: Same = %v", c.name, got)
+		}
+	}
+}
