@@ -199,3 +199,41 @@ func TestReducerArenasInLentMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestArenasOutgrownInAFailedStepAreKept: a step that fails (here the ranks disagree on a
+// gradient's shape, which fails the step on every rank and leaves the job running) may leave the
+// backend working on the memory its arenas outgrew, so that memory is given back only after the
+// next step that succeeds, not after the failed one.
+func TestArenasOutgrownInAFailedStepAreKept(t *testing.T) {
+	hs, lenders := lendingJob(t, 2, true)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		r, err := h.NewReducer(ReducerOptions{})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		l := lenders[h.Rank()]
+		freed := func() int {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return len(l.freed)
+		}
+		if _, _, err := r.Reduce([]NamedTensor{exactGradient(t, "a", 10, 1, h.Rank())}); err != nil {
+			return err
+		}
+		// 1000 values on rank 0, 1001 on rank 1: the arena grows on both, and the step fails.
+		if _, _, err := r.Reduce([]NamedTensor{exactGradient(t, "a", 1000+h.Rank(), 2, h.Rank())}); err == nil {
+			return errors.New("a step with shapes differing between ranks succeeded")
+		}
+		if n := freed(); n != 0 {
+			return fmt.Errorf("%d allocations given back after a failed step", n)
+		}
+		if _, _, err := r.Reduce([]NamedTensor{exactGradient(t, "a", 2000, 3, h.Rank())}); err != nil {
+			return err
+		}
+		if n := freed(); n != 2 {
+			return fmt.Errorf("%d allocations given back after the next successful step, want the 2 outgrown", n)
+		}
+		return nil
+	})
+}

@@ -20,17 +20,19 @@ type hostBuffer struct {
 	lent bool
 }
 
-// hostBuffers finds bufs in lent memory, makes sure the staging buffer holds stagedBytes
-// when one of them is not (an empty one needs no memory), and *dev devBytes, and returns where
-// each buffer's data is to be DMAed from or to.
-func (b *Backend) hostBuffers(stagedBytes int, dev **nccl.DeviceBuffer, devBytes int, bufs ...[]byte) ([]hostBuffer, error) {
+// hostBuffers finds bufs in lent memory (none when stageAll is set), makes sure the staging
+// buffer holds the longest of those that are not (an empty one needs no memory), and *dev
+// devBytes, and returns where each buffer's data is to be DMAed from or to.
+func (b *Backend) hostBuffers(stageAll bool, dev **nccl.DeviceBuffer, devBytes int, bufs ...[]byte) ([]hostBuffer, error) {
 	sides := make([]hostBuffer, len(bufs))
 	staged := 0
 	for i, buf := range bufs {
-		p, off, ok := b.lent.find(buf)
-		sides[i] = hostBuffer{p, off, ok}
-		if !ok && len(buf) > 0 {
-			staged = stagedBytes
+		if !stageAll {
+			p, off, ok := b.lent.find(buf)
+			sides[i] = hostBuffer{p, off, ok}
+		}
+		if !sides[i].lent {
+			staged = max(staged, len(buf))
 		}
 	}
 	if err := b.stage(staged, dev, devBytes); err != nil {
@@ -47,7 +49,10 @@ func (b *Backend) hostBuffers(stagedBytes int, dev **nccl.DeviceBuffer, devBytes
 // Allreduce stages send to the device chunk by chunk, reduces each chunk in place as soon as
 // it is there (an elementwise reduction of the chunks is the reduction of the whole), stages
 // the result back and copies it to recv. A side in lent memory is DMAed where it is instead:
-// an in-place allreduce on it makes no host copy at all.
+// an in-place allreduce on it makes no host copy at all. send and recv that partly overlap
+// (backend.Backend forbids it; horovod never passes them) are both staged, so that all of send
+// is read before recv is written: DMAing in place, a chunk's result would land on send's
+// later chunks before they are read.
 func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	t, err := ncclType(dt)
 	if err != nil {
@@ -64,7 +69,8 @@ func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	if n == 0 {
 		return nil
 	}
-	sides, err := b.hostBuffers(n, &b.dev, n, send, recv)
+	partly := parallel.Overlap(send, recv) && !parallel.Same(send, recv)
+	sides, err := b.hostBuffers(partly, &b.dev, n, send, recv)
 	if err != nil {
 		return b.fail("allreduce", err)
 	}
@@ -76,17 +82,17 @@ func (b *Backend) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 			parallel.Copy(from.p.Bytes()[off:off+m], send[off:off+m], b.copyWorkers)
 		}
 		if err := s.CopyToDevice(b.dev, off, from.p, from.off+off, m); err != nil {
-			return b.fail("allreduce", err)
+			return b.abandon("allreduce", err)
 		}
 		if err := b.comm.AllReduceAt(b.dev, off, m/dt.Size(), t, o); err != nil {
-			return b.fail("allreduce", err)
+			return b.abandon("allreduce", err)
 		}
 		if err := s.CopyToHost(to.p, to.off+off, b.dev, off, m); err != nil {
-			return b.fail("allreduce", err)
+			return b.abandon("allreduce", err)
 		}
 	}
 	if err := b.wait(); err != nil {
-		return b.fail("allreduce", err)
+		return b.abort("allreduce", err)
 	}
 	if !to.lent {
 		parallel.Copy(recv, to.p.Bytes()[:n], b.copyWorkers)
@@ -104,7 +110,7 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 	if n == 0 {
 		return nil
 	}
-	sides, err := b.hostBuffers(n, &b.dev, n, buf)
+	sides, err := b.hostBuffers(false, &b.dev, n, buf)
 	if err != nil {
 		return b.fail("broadcast", err)
 	}
@@ -115,20 +121,22 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 			parallel.Copy(h.p.Bytes(), buf, b.copyWorkers)
 		}
 		if err := s.CopyToDevice(b.dev, 0, h.p, h.off, n); err != nil {
-			return b.fail("broadcast", err)
+			return b.abandon("broadcast", err)
 		}
 	}
 	if err := b.comm.Broadcast(b.dev, n, nccl.Uint8, root); err != nil {
-		return b.fail("broadcast", err)
+		return b.abandon("broadcast", err)
 	}
-	if b.topo.Rank == root {
-		return b.fail("broadcast", b.wait())
-	}
-	if err := s.CopyToHost(h.p, h.off, b.dev, 0, n); err != nil {
-		return b.fail("broadcast", err)
+	if b.topo.Rank != root {
+		if err := s.CopyToHost(h.p, h.off, b.dev, 0, n); err != nil {
+			return b.abandon("broadcast", err)
+		}
 	}
 	if err := b.wait(); err != nil {
-		return b.fail("broadcast", err)
+		return b.abort("broadcast", err)
+	}
+	if b.topo.Rank == root {
+		return nil
 	}
 	if !h.lent {
 		parallel.Copy(buf, h.p.Bytes()[:n], b.copyWorkers)
@@ -139,7 +147,8 @@ func (b *Backend) Broadcast(buf []byte, root int) error {
 // Allgatherv pads every rank's part to the largest count (NCCL has no allgatherv), gathers
 // with ncclAllGather and drops the padding on the way back to the host: the copy of rank r's
 // part lands directly at its offset in recv (or in the staging buffer). send and recv in lent
-// memory are DMAed where they are.
+// memory are DMAed where they are (send is on the device before any copy back is queued, so
+// they may even overlap).
 func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if len(counts) != b.topo.Size || counts[b.topo.Rank] != len(send) {
 		return fmt.Errorf("ncclbackend: allgatherv: counts %v for rank %d of %d sending %d bytes", counts, b.topo.Rank, b.topo.Size, len(send))
@@ -157,7 +166,7 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	if most == 0 {
 		return nil
 	}
-	sides, err := b.hostBuffers(total, &b.dev, most, send, recv) // total >= most >= len(send)
+	sides, err := b.hostBuffers(false, &b.dev, most, send, recv) // most >= len(send)
 	if err != nil {
 		return b.fail("allgatherv", err)
 	}
@@ -171,11 +180,11 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 			parallel.Copy(from.p.Bytes(), send, b.copyWorkers)
 		}
 		if err := s.CopyToDevice(b.dev, 0, from.p, from.off, len(send)); err != nil {
-			return b.fail("allgatherv", err)
+			return b.abandon("allgatherv", err)
 		}
 	}
 	if err := b.comm.AllGather(b.dev, b.gather, most, nccl.Uint8); err != nil {
-		return b.fail("allgatherv", err)
+		return b.abandon("allgatherv", err)
 	}
 	// The copies back are queued after the gather on the same stream, so they overwrite staged
 	// send data only once it is on the device.
@@ -183,13 +192,13 @@ func (b *Backend) Allgatherv(send, recv []byte, counts []int) error {
 	for r, c := range counts {
 		if c > 0 {
 			if err := s.CopyToHost(to.p, to.off+off, b.gather, r*most, c); err != nil {
-				return b.fail("allgatherv", err)
+				return b.abandon("allgatherv", err)
 			}
 		}
 		off += c
 	}
 	if err := b.wait(); err != nil {
-		return b.fail("allgatherv", err)
+		return b.abort("allgatherv", err)
 	}
 	if !to.lent {
 		parallel.Copy(recv, to.p.Bytes()[:total], b.copyWorkers)
@@ -205,7 +214,10 @@ func (b *Backend) Barrier() error {
 	if err := b.comm.AllReduce(b.dev, 1, nccl.Int32, nccl.Sum); err != nil {
 		return b.fail("barrier", err)
 	}
-	return b.fail("barrier", b.wait())
+	if err := b.wait(); err != nil {
+		return b.abort("barrier", err)
+	}
+	return nil
 }
 
 // wait waits for the stream, polling NCCL for asynchronous errors meanwhile: a blocking
@@ -227,6 +239,26 @@ func (b *Backend) wait() error {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}
+}
+
+// abandon is fail for a collective that has queued work on the stream: before it returns, that
+// work is over, since its copies read and write the caller's buffers, which may be memory the
+// backend lent (horovod frees such memory once a step is over, and the next collective would
+// reuse the staging buffers). The stream is waited for as wait does, without hanging on a dead
+// peer; when it cannot finish (an asynchronous NCCL error), the communicator is aborted, which
+// ends its kernels, and the backend is broken from then on (as backend.Backend allows after an
+// error): cudaFreeHost, which frees lent memory, waits for what is left on the device.
+func (b *Backend) abandon(what string, err error) error {
+	if werr := b.wait(); werr != nil {
+		return b.abort(what, errors.Join(err, werr))
+	}
+	return b.fail(what, err)
+}
+
+// abort is fail for a collective whose queued work cannot finish (wait failed): it aborts the
+// communicator, as abandon does.
+func (b *Backend) abort(what string, err error) error {
+	return b.fail(what, errors.Join(err, b.comm.Abort()))
 }
 
 // fail names the collective in err; nil stays nil.

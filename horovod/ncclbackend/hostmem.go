@@ -30,12 +30,12 @@ type lentMemory struct {
 func address(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // AllocHost returns n bytes of pinned host memory (backend.HostAllocator), valid until FreeHost
-// or Close. Collectives on buffers inside it make no host copy on that side.
+// or Close. Collectives on buffers inside it make no host copy on that side. cudaHostAlloc runs
+// outside the lock (it may take milliseconds, and synchronizes with the device), so that finding
+// lent memory in a collective does not wait for it.
 func (b *Backend) AllocHost(n int) ([]byte, error) {
 	m := &b.lent
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
+	if m.isClosed() {
 		return nil, errors.New("ncclbackend: AllocHost after Close")
 	}
 	p, err := b.lib.Runtime().AllocPinned(b.device, n)
@@ -43,29 +43,43 @@ func (b *Backend) AllocHost(n int) ([]byte, error) {
 		return nil, fmt.Errorf("ncclbackend: rank %d: %w", b.topo.Rank, err)
 	}
 	mem := p.Bytes()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed { // Close ran meanwhile
+		return nil, errors.Join(errors.New("ncclbackend: AllocHost after Close"), p.Close())
+	}
 	i, _ := slices.BinarySearch(m.starts, address(mem))
 	m.allocs = slices.Insert(m.allocs, i, p)
 	m.starts = slices.Insert(m.starts, i, address(mem))
 	return mem, nil
 }
 
-// FreeHost frees memory AllocHost returned, found by its first byte; after Close it does
-// nothing, as Close freed it.
+// FreeHost frees memory AllocHost returned: the whole slice it returned, as
+// backend.HostAllocator says (a part of it is refused rather than taken for all of it); after
+// Close it does nothing, as Close freed it. cudaFreeHost runs outside the lock, as in AllocHost.
 func (b *Backend) FreeHost(buf []byte) error {
 	m := &b.lent
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil
 	}
 	i, found := slices.BinarySearch(m.starts, address(buf))
-	if !found || len(buf) == 0 {
-		return fmt.Errorf("ncclbackend: FreeHost of %d bytes at %#x: not memory AllocHost returned", len(buf), address(buf))
+	if !found || len(buf) != m.allocs[i].Size() {
+		m.mu.Unlock()
+		return fmt.Errorf("ncclbackend: FreeHost of %d bytes at %#x: not memory AllocHost returned (the whole of an allocation)", len(buf), address(buf))
 	}
 	p := m.allocs[i]
 	m.allocs = slices.Delete(m.allocs, i, i+1)
 	m.starts = slices.Delete(m.starts, i, i+1)
+	m.mu.Unlock()
 	return p.Close()
+}
+
+func (m *lentMemory) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
 }
 
 // find returns the allocation that holds all of buf and buf's offset in it; ok is false for

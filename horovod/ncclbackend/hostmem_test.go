@@ -94,6 +94,12 @@ func TestLentMemoryMatchesCPUPath(t *testing.T) {
 	if err := b.FreeHost(c[64:]); err == nil || !strings.Contains(err.Error(), "not memory AllocHost returned") {
 		t.Errorf("FreeHost of a slice inside an allocation: %v", err)
 	}
+	if err := b.FreeHost(c[:1]); err == nil || !strings.Contains(err.Error(), "not memory AllocHost returned") {
+		t.Errorf("FreeHost of the first byte of an allocation: %v", err)
+	}
+	if _, _, ok := b.lent.find(lentC); !ok {
+		t.Fatal("a refused FreeHost freed the allocation")
+	}
 	if err := b.FreeHost(c); err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +134,39 @@ func TestLentMemoryAfterClose(t *testing.T) {
 	}
 	if _, err := b.AllocHost(1); err == nil || !strings.Contains(err.Error(), "after Close") {
 		t.Errorf("AllocHost after Close: %v", err)
+	}
+}
+
+// TestAllreducePartlyOverlappingLentBuffers: send and recv in one lent allocation, recv = send
+// shifted by 4 MiB either way, over three staging chunks. backend.Backend forbids such buffers,
+// but the backend must not corrupt them if given them: DMAing both where they are, a chunk's
+// result would land on send's later chunks before they are read. The result must be the CPU
+// path's (at size 1: send as it was).
+func TestAllreducePartlyOverlappingLentBuffers(t *testing.T) {
+	b := openOneRank(t)
+	cpu := local.Backend{}
+	const n, d = 40 << 20, 4 << 20
+	a, err := b.AllocHost(n + d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		send, recv []byte
+	}{
+		{"recv after send", a[:n], a[d : d+n]},
+		{"recv before send", a[d : d+n], a[:n]},
+	} {
+		copy(c.send, randomBytes(n, 9))
+		want := make([]byte, n)
+		if err := cpu.Allreduce(bytes.Clone(c.send), want, backend.Uint8, backend.Sum); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Allreduce(c.send, c.recv, backend.Uint8, backend.Sum); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !bytes.Equal(c.recv, want) {
+			t.Errorf("%s: the allreduce differs from the CPU path", c.name)
+		}
 	}
 }

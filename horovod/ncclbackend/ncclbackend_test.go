@@ -299,6 +299,13 @@ func TestErrorsNameTheCollective(t *testing.T) {
 	if err := b.Allreduce(make([]byte, 8), make([]byte, 8), backend.Float32, backend.Sum); !errors.As(err, &ne) || ne.Code != nccl.RemoteError {
 		t.Errorf("async error: %v", err)
 	}
+	// The work that could not finish was not left queued on the stream, which may copy into
+	// memory the caller frees once the collective has returned: the communicator was aborted,
+	// and the backend is broken from then on.
+	t.Setenv("FAKE_FAIL", "")
+	if err := b.Allreduce(make([]byte, 8), make([]byte, 8), backend.Float32, backend.Sum); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("allreduce after an asynchronous error: %v, want the aborted communicator's error", err)
+	}
 	t.Setenv("FAKE_FAIL", "cudaMalloc:2")
 	t.Setenv("FAKE_NCCL_ASYNC_ERR", "")
 	var ce *nccl.CUDAError

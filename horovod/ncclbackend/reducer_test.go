@@ -2,7 +2,12 @@ package ncclbackend
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod"
@@ -69,7 +74,7 @@ type stagedOnly struct{ backend.Backend }
 // initNCCL starts a job of size 1 whose collectives run on the NCCL backend (over the fake
 // libraries without a GPU); lend false hides the backend's HostAllocator. It returns the
 // backend too.
-func initNCCL(t testing.TB, lend bool) (*horovod.Horovod, *Backend) {
+func initNCCL(t testing.TB, lend bool, opts ...horovod.Option) (*horovod.Horovod, *Backend) {
 	t.Helper()
 	fakeUnlessGPU(t)
 	var nb *Backend
@@ -84,7 +89,7 @@ func initNCCL(t testing.TB, lend bool) (*horovod.Horovod, *Backend) {
 		}
 		return b, nil
 	}
-	h, err := horovod.Init(horovod.WithBackend(local.Backend{}), horovod.WithDataBackend(open))
+	h, err := horovod.Init(append([]horovod.Option{horovod.WithBackend(local.Backend{}), horovod.WithDataBackend(open)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,16 +207,205 @@ func BenchmarkReducerStepBERTBase(b *testing.B) {
 					}
 					step() // allocates the arenas and the backend's device (and staging) buffers
 					b.SetBytes(int64(4 * total))
+					iter := 0
 					for b.Loop() {
+						// A new first value in every gradient each step (exact in float16), so
+						// that a step that wrote no results would fail the check below.
+						iter++
+						v := float32(iter%1000-500) / 1024
+						for _, g := range grads {
+							binary.LittleEndian.PutUint32(g.Data, math.Float32bits(v))
+						}
 						step()
 					}
 					for i, g := range reduced { // the average over one rank is the gradient
 						if !bytes.Equal(g.Data, grads[i].Data) {
-							b.Fatalf("gradient %s changed", g.Name)
+							b.Fatalf("gradient %s: the last step's result differs from its input", g.Name)
 						}
 					}
 				})
 			}
 		})
+	}
+}
+
+// exactGradient is a float32 gradient of n values k/1024 (|k| < 512), exact in float16.
+func exactGradient(name string, n, seed int) horovod.NamedTensor {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32((i*7+seed)%1000-500) / 1024
+	}
+	t, err := horovod.NewTensor([]int{n}, v)
+	if err != nil {
+		panic(err)
+	}
+	return horovod.NamedTensor{Name: name, Tensor: t}
+}
+
+// TestReducerResultsHandedBackOverNCCL gives a step's results back to Reduce in another
+// arrangement (behind another gradient that takes their place in the result arena; shifted by a
+// gradient of another dtype, so that each lies partly over its new result slot, over several
+// staging chunks), uncompressed and with fp16, over the NCCL backend with lent arenas, with Go
+// arenas, and over the local backend. At size 1 the step must return them unchanged, and every
+// backend the same bytes.
+func TestReducerResultsHandedBackOverNCCL(t *testing.T) {
+	const M = 1 << 20
+	w := make([]int32, 2*M)
+	for i := range w {
+		w[i] = int32(i)
+	}
+	wt, err := horovod.NewTensor([]int{len(w)}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg := horovod.NamedTensor{Name: "w", Tensor: wt}
+	g := exactGradient
+	cases := []struct {
+		name                string
+		first, second, then []horovod.NamedTensor
+	}{
+		{"behind another", []horovod.NamedTensor{g("x", 1000, 1), g("a", 1000, 2), g("b", 1000, 3)}, []horovod.NamedTensor{g("a", 1000, 4), g("b", 1000, 5)}, []horovod.NamedTensor{g("x", 1000, 6)}},
+		{"shifted", []horovod.NamedTensor{g("a", 5*M, 1), g("b", 5*M, 2), wg}, []horovod.NamedTensor{g("z", M, 3), g("a", 5*M, 4), g("b", 5*M, 5)}, []horovod.NamedTensor{wg}},
+	}
+	run := func(what string, h *horovod.Horovod) []byte {
+		var all []byte
+		for _, o := range []horovod.ReducerOptions{{}, {Compression: horovod.FP16Compression}} {
+			r, err := h.NewReducer(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cases {
+				if _, _, err := r.Reduce(c.first); err != nil {
+					t.Fatal(err)
+				}
+				res, _, err := r.Reduce(c.second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				given := res[len(res)-2:]
+				want := [][]byte{bytes.Clone(given[0].Data), bytes.Clone(given[1].Data)}
+				res, _, err = r.Reduce(append(slices.Clone(c.then), given...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, got := range res[len(res)-2:] {
+					if !bytes.Equal(got.Data, want[i]) {
+						t.Errorf("%s, %+v, %s: result %q of a step given the previous results differs from them", what, o, c.name, got.Name)
+					}
+					all = append(all, got.Data...)
+				}
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return all
+	}
+	hl, err := horovod.Init(horovod.WithBackend(local.Backend{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Shutdown()
+	want := run("local", hl)
+	for _, lend := range []bool{true, false} {
+		h, _ := initNCCL(t, lend)
+		if got := run(fmt.Sprintf("nccl, lent arenas %v", lend), h); !bytes.Equal(got, want) {
+			t.Errorf("nccl, lent arenas %v: the results differ from the local backend's", lend)
+		}
+	}
+}
+
+// TestReduceAfterShutdown: once horovod is shut down, Reduce returns the error collectives
+// return then (ErrShutdown), without touching the arenas, which Shutdown freed with the NCCL
+// backend (fp16 compression would write its wire arena first), and Close does nothing; on the
+// NCCL backend with lent memory and on the local backend.
+func TestReduceAfterShutdown(t *testing.T) {
+	for _, c := range []string{"nccl", "local"} {
+		var h *horovod.Horovod
+		if c == "nccl" {
+			h, _ = initNCCL(t, true)
+		} else {
+			var err error
+			if h, err = horovod.Init(horovod.WithBackend(local.Backend{})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := h.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads := []horovod.NamedTensor{exactGradient("a", 1<<16, 1), exactGradient("b", 1000, 2)}
+		if _, _, err := r.Reduce(grads); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, ready, err := r.Reduce(grads); !errors.Is(err, horovod.ErrShutdown) || ready {
+				t.Errorf("%s: Reduce after Shutdown: ready %v, %v; want ErrShutdown", c, ready, err)
+			}
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("%s: Close after Shutdown: %v", c, err)
+		}
+	}
+}
+
+// TestReducerWithoutPinnedMemory: when cudaHostAlloc fails (out of pinned memory), the arenas
+// and the fusion buffer are Go memory instead, which the backend stages (its staging buffer
+// allocated before): the steps give the same results as with pinned memory, and horovod says
+// why, once. Over the fake libraries only: it makes cudaHostAlloc fail.
+func TestReducerWithoutPinnedMemory(t *testing.T) {
+	setupFakeLibraries(t)
+	grads := gradients(t, [][]int{{3, 700}, {700}, {5}})
+	steps := func(h *horovod.Horovod) [][]byte {
+		r, err := h.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out [][]byte
+		for range 2 {
+			res, _, err := r.Reduce(grads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range res {
+				out = append(out, bytes.Clone(g.Data))
+			}
+		}
+		// Tensors apart fuse in the fusion buffer, which is Go memory too when pinned fails.
+		grouped, err := h.GroupedAllreduce(grads, horovod.AllreduceOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range grouped {
+			out = append(out, g.Data)
+		}
+		return out
+	}
+	h, nb := initNCCL(t, true)
+	want := steps(h)
+	if len(nb.lent.allocs) != 1 { // the fusion buffer; the Reducer's arenas were given back
+		t.Fatalf("%d allocations lent with cudaHostAlloc working, want 1", len(nb.lent.allocs))
+	}
+	var log bytes.Buffer
+	hf, nf := initNCCL(t, true, horovod.WithLogOutput(&log))
+	if _, err := hf.Allreduce("staging", grads[0].Tensor, horovod.AllreduceOptions{}); err != nil {
+		t.Fatal(err) // Go memory both sides: allocates the staging buffer while it still can
+	}
+	t.Setenv("FAKE_FAIL", "cudaHostAlloc:2")
+	got := steps(hf)
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Errorf("result %d in Go memory differs from the one in pinned memory", i)
+		}
+	}
+	if len(nf.lent.allocs) != 0 {
+		t.Errorf("%d allocations lent while cudaHostAlloc fails", len(nf.lent.allocs))
+	}
+	if n := strings.Count(log.String(), "using Go memory instead"); n != 1 || !strings.Contains(log.String(), "cudaErrorMemoryAllocation") {
+		t.Errorf("logged %d times that pinned memory failed, want once naming the CUDA error:\n%s", n, log.String())
 	}
 }
