@@ -183,9 +183,11 @@ type Pinned interface {
 type HostAllocator interface {
 	Backend
 	// AllocHost returns n > 0 bytes of the backend's host memory, zeroed or not. The memory is
-	// the backend's: valid until FreeHost or Close, whichever comes first, and never moved.
+	// the backend's: valid until FreeHost or Close, whichever comes first, and never moved. When
+	// it fails (out of pinned memory), horovod uses Go memory instead, and says so once.
 	AllocHost(n int) ([]byte, error)
-	// FreeHost gives back memory AllocHost returned (the whole slice it returned, by its first
-	// byte). After Close it does nothing: Close frees every allocation.
+	// FreeHost gives back memory AllocHost returned: the whole slice it returned (a part of it
+	// is an error, not the whole freed). After Close it does nothing: Close frees every
+	// allocation.
 	FreeHost(buf []byte) error
 }
