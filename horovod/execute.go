@@ -205,9 +205,6 @@ func (c *controller) allreduce(batch []*response) error {
 	if out != nil && !reducibleInto(ops, out) {
 		out = nil
 	}
-	if in != nil && out != nil && parallel.Overlap(in, out) && !parallel.Same(in, out) {
-		in = nil
-	}
 	buf := out
 	if buf == nil {
 		// The buffer outgrown held nothing of this batch: it goes at once.
@@ -268,7 +265,10 @@ func given(ops []operand) bool {
 // outputs' span) itself: every input is either its own output (in place) or apart from all of
 // out. An input elsewhere in out (a Reducer's previous results handed back in another order or
 // next to other tensors) would be overwritten before it is read; such a batch goes through the
-// fusion buffer, whose results are scattered only once every input has been read.
+// fusion buffer, whose results are scattered only once every input has been read. When it
+// holds, the inputs' span, if they have one, is out itself or apart from it (inputs as long as
+// their outputs, each its own or outside out, lie back to back only as out or outside it), so
+// the backend never sees send and receive buffers that partly overlap.
 func reducibleInto(ops []operand, out []byte) bool {
 	for _, o := range ops {
 		if !parallel.Same(o.input, o.output) && parallel.Overlap(o.input, out) {
