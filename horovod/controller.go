@@ -50,10 +50,14 @@ type controller struct {
 	control, data backend.Backend
 	rank, size    int
 
-	mu            sync.Mutex
-	queue         []*request          // submitted, not yet announced
-	inflight      map[string]*request // submitted, not yet completed (names are unique in flight)
-	stopErr       error               // non-nil once the loop has ended: why
+	mu       sync.Mutex
+	queue    []*request          // submitted, not yet announced
+	inflight map[string]*request // submitted, not yet completed (names are unique in flight)
+	// executing holds the requests taken out of inflight for the collective in progress (loop
+	// goroutine only): when it fails they fail with it, since stop reaches only inflight and a
+	// caller waiting on a dropped request would wait forever (and Shutdown with it).
+	executing     []*request
+	stopErr       error // non-nil once the loop has ended: why
 	shutdownAsked bool
 	joinAsked     bool
 	joinResult    chan int

@@ -708,8 +708,10 @@ func TestBackendFailureAbortsTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.failAllreduce.Store(true)
-	for _, h := range hs {
-		if _, err := h.AllreduceAsync("w", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); err != nil {
+	handles := make([]*Handle, len(hs))
+	for r, h := range hs {
+		var err error
+		if handles[r], err = h.AllreduceAsync("w", mustTensor(t, nil, []float32{1}), AllreduceOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -718,6 +720,18 @@ func TestBackendFailureAbortsTheJob(t *testing.T) {
 		case <-g.aborted:
 		case <-time.After(5 * time.Second):
 			t.Fatal("no abort after a backend failure")
+		}
+	}
+	// The failed allreduce's own request fails too, rather than leaving its caller waiting
+	// (where the abort does not end the process, as here, Shutdown would wait with it).
+	for r, hd := range handles {
+		select {
+		case <-hd.req.done:
+			if _, err := hd.Wait(); err == nil || !strings.Contains(err.Error(), "link down") {
+				t.Errorf("rank %d: the failed allreduce returned %v", r, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("rank %d: the failed allreduce never completed", r)
 		}
 	}
 	for r := range logs {

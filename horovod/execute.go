@@ -70,6 +70,7 @@ func (c *controller) execute(responses []*response) error {
 		}
 		batch := []*response{r}
 		var err error
+		c.executing = c.executing[:0]
 		switch r.spec.kind {
 		case kindAllreduce:
 			bytes := r.spec.bytes()
@@ -89,7 +90,15 @@ func (c *controller) execute(responses []*response) error {
 			err = c.barrier(r)
 		}
 		if err != nil {
-			return fmt.Errorf("horovod: rank %d: %s %q on the %s backend: %w", c.rank, r.spec.kind, r.spec.name, c.data.Name(), err)
+			err = fmt.Errorf("horovod: rank %d: %s %q on the %s backend: %w", c.rank, r.spec.kind, r.spec.name, c.data.Name(), err)
+			for _, req := range c.executing {
+				select {
+				case <-req.done: // finished before the failure
+				default:
+					req.complete(Tensor{}, err)
+				}
+			}
+			return err
 		}
 		for _, done := range batch {
 			c.timeline.done(done.spec.name)
@@ -110,6 +119,9 @@ func (c *controller) take(name string) *request {
 	defer c.mu.Unlock()
 	r := c.inflight[name]
 	delete(c.inflight, name)
+	if r != nil {
+		c.executing = append(c.executing, r)
+	}
 	return r
 }
 
