@@ -18,14 +18,34 @@ type FlatTensors struct {
 }
 
 // NewFlatTensors allocates a zeroed FlatTensors shaped like the model's variables.
-func (m *Model) NewFlatTensors() *FlatTensors { return newFlatTensors(m.contract.Variables) }
+func (m *Model) NewFlatTensors() *FlatTensors {
+	return flatTensorsOver(m.contract.Variables, make([]float32, flatSize(m.contract.Variables)))
+}
 
-func newFlatTensors(vars []VariableSpec) *FlatTensors {
+// FlatTensorsOver returns a FlatTensors shaped like the model's variables whose Data is data
+// itself, not a copy: for a buffer the caller allocates elsewhere, such as the host memory a
+// collective backend moves without staging (horovod.Horovod.AllocHost). data must hold exactly
+// as many values as the variables have; its values are kept.
+func (m *Model) FlatTensorsOver(data []float32) (*FlatTensors, error) {
+	if total := flatSize(m.contract.Variables); len(data) != total {
+		return nil, fmt.Errorf("bertgraph: a buffer of %d float32 values for the model's %d variables, which have %d (%d bytes)",
+			len(data), len(m.contract.Variables), total, 4*total)
+	}
+	return flatTensorsOver(m.contract.Variables, data), nil
+}
+
+// flatSize is the number of values of vars together.
+func flatSize(vars []VariableSpec) int {
 	total := 0
 	for _, v := range vars {
 		total += v.NumElements()
 	}
-	f := &FlatTensors{Data: make([]float32, total), Parts: make([][]float32, len(vars))}
+	return total
+}
+
+// flatTensorsOver cuts data, flatSize(vars) values long, into one view per variable.
+func flatTensorsOver(vars []VariableSpec, data []float32) *FlatTensors {
+	f := &FlatTensors{Data: data, Parts: make([][]float32, len(vars))}
 	off := 0
 	for i, v := range vars {
 		n := v.NumElements()
