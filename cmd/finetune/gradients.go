@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/bertgraph"
+)
+
+// gradientBuffer allocates the flat gradients, which TrainStep writes, the Reducer sums in
+// place and Apply reads, in host memory horovod hands out: with the NCCL backend, pinned memory
+// its allreduce moves to and from the GPU by DMA where it lies, saving two host copies of every
+// step's gradients through the backend's staging buffer (README, GPUs); with MPI, Go memory as
+// before. free gives the memory back; it must run before Shutdown, which frees lent memory,
+// and nothing may read the gradients afterwards (the final checkpoint, evaluation and prediction
+// read TensorFlow's variables, not these).
+func (j *job) gradientBuffer() (grads *bertgraph.FlatTensors, free func() error, err error) {
+	n := 0
+	for _, v := range j.model.Variables() {
+		n += v.NumElements()
+	}
+	buf, err := j.hvd.AllocHost(4 * n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allocating the gradients (%d float32 values): %w", n, err)
+	}
+	values, err := float32View(buf.Bytes())
+	if err == nil {
+		grads, err = j.model.FlatTensorsOver(values)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("the gradients' buffer: %w (freeing it: %v)", err, buf.Free())
+	}
+	if buf.Lent() {
+		memory := "host memory"
+		if j.hvd.Backend() == "nccl" {
+			memory = "pinned host memory"
+		}
+		j.console.infof("gradients in the %s backend's %s (%.1f MB): its allreduce reads and writes them in place, no staging copy",
+			j.hvd.Backend(), memory, float64(4*n)/1e6)
+	}
+	return grads, buf.Free, nil
+}
+
+// float32View is b's memory as float32 values, without a copy: b must be aligned for float32
+// (horovod's memory is: pinned memory is page-aligned, Go's make at least 8-aligned) and a whole
+// number of them long.
+func float32View(b []byte) ([]float32, error) {
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	if uintptr(p)%4 != 0 || len(b)%4 != 0 {
+		return nil, fmt.Errorf("%d bytes at %p are not an array of float32 (4-byte aligned, a multiple of 4 long)", len(b), p)
+	}
+	return unsafe.Slice((*float32)(p), len(b)/4), nil
+}
