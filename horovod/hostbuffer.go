@@ -76,7 +76,7 @@ func (b *HostBuffer) Bytes() []byte {
 }
 
 // Lent reports whether the buffer is the data backend's memory (backend.HostAllocator), false
-// when it is Go memory (the backend lends none, or could not lend).
+// when it is Go memory (the backend lends none, or could not lend), and after Free.
 func (b *HostBuffer) Lent() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
