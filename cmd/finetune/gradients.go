@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/horovod"
 )
 
 // gradientBuffer allocates the flat gradients, which TrainStep writes, the Reducer sums in
@@ -23,12 +25,16 @@ func (j *job) gradientBuffer() (grads *bertgraph.FlatTensors, free func() error,
 	if err != nil {
 		return nil, nil, fmt.Errorf("allocating the gradients (%d float32 values): %w", n, err)
 	}
-	values, err := float32View(buf.Bytes())
+	mem := buf.Bytes()
+	if mem == nil { // horovod stopped (its background loop failed) since AllocHost
+		return nil, nil, errors.Join(fmt.Errorf("the gradients' buffer: %w", horovod.ErrShutdown), buf.Free())
+	}
+	values, err := float32View(mem)
 	if err == nil {
 		grads, err = j.model.FlatTensorsOver(values)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("the gradients' buffer: %w (freeing it: %v)", err, buf.Free())
+		return nil, nil, errors.Join(fmt.Errorf("the gradients' buffer: %w", err), buf.Free())
 	}
 	if buf.Lent() {
 		memory := "host memory"

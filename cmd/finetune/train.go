@@ -205,7 +205,7 @@ func (j *job) checkShards(perRank [][]int64) (examples, skipped int64, err error
 
 // loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
 // and on rank 0 the progress, the summaries and the checkpoints.
-func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn int64) (_ int64, err error) {
+func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn int64) (int64, error) {
 	c := &j.cfg
 	first := step
 	compression := horovod.NoCompression
@@ -225,8 +225,13 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 		return step, err
 	}
 	// Given back as the loop ends, before Shutdown frees the backend's memory; nothing reads
-	// the gradients after the loop.
-	defer func() { err = errors.Join(err, freeGrads()) }()
+	// the gradients after the loop. A failure to give it back is only logged: training and its
+	// checkpoint are done, and Shutdown frees the memory anyway.
+	defer func() {
+		if ferr := freeGrads(); ferr != nil {
+			j.console.rankf("warning: giving back the gradients' memory: %v", ferr)
+		}
+	}()
 	named := j.named(grads)
 
 	var sums *summaries
