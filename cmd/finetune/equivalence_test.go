@@ -43,6 +43,24 @@ for d in sys.argv[2:]:
 print(json.dumps(out))
 `
 
+// runDiff is what compareRuns reports for one run against the first.
+type runDiff struct {
+	Steps         int     `json:"steps"`
+	MaxLossDiff   float64 `json:"max_loss_diff"`
+	MaxWeightDiff float64 `json:"max_weight_diff"`
+	Variables     int     `json:"variables"`
+}
+
+// diffRuns runs compareRuns over the output directories: one runDiff per run after the first.
+func diffRuns(t *testing.T, dirs ...string) []runDiff {
+	t.Helper()
+	var got []runDiff
+	if err := json.Unmarshal(testenv.Python(t, compareRuns, dirs...), &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // With dropout off, N steps on 2 ranks with batch b are the same computation as N steps on 1
 // rank with batch 2b over the same examples: each step's union of the ranks' batches is the
 // single rank's batch (line i goes to rank i % 2, file order kept), the average of the ranks'
@@ -65,15 +83,7 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 			"--use_fp16="+fp16)...)...))
 		runs = append(runs, dir)
 	}
-	var got []struct {
-		Steps         int     `json:"steps"`
-		MaxLossDiff   float64 `json:"max_loss_diff"`
-		MaxWeightDiff float64 `json:"max_weight_diff"`
-		Variables     int     `json:"variables"`
-	}
-	if err := json.Unmarshal(testenv.Python(t, compareRuns, runs...), &got); err != nil {
-		t.Fatal(err)
-	}
+	got := diffRuns(t, runs...)
 	fp32, fp16 := got[0], got[1]
 	t.Logf("fp32 allreduce: %+v", fp32)
 	t.Logf("fp16 allreduce: %+v", fp16)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,15 +56,7 @@ func TestTwoMachines(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
 		}
-		var got []struct {
-			Steps         int     `json:"steps"`
-			MaxLossDiff   float64 `json:"max_loss_diff"`
-			MaxWeightDiff float64 `json:"max_weight_diff"`
-			Variables     int     `json:"variables"`
-		}
-		if err := json.Unmarshal(testenv.Python(t, compareRuns, one, four), &got); err != nil {
-			t.Fatal(err)
-		}
+		got := diffRuns(t, one, four)
 		t.Logf("2 machines x 2 ranks against 1 rank: %+v", got[0])
 		if got[0].Steps != steps || got[0].Variables < 3*40 {
 			t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", got[0].Steps, got[0].Variables, steps)

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
 )
 
 // float32View takes aligned memory as it is and refuses what float32 values cannot lie in.
@@ -57,15 +54,7 @@ func TestGradientsInNCCLPinnedMemory(t *testing.T) {
 		}
 		runs = append(runs, dir)
 	}
-	var got []struct {
-		Steps         int     `json:"steps"`
-		MaxLossDiff   float64 `json:"max_loss_diff"`
-		MaxWeightDiff float64 `json:"max_weight_diff"`
-		Variables     int     `json:"variables"`
-	}
-	if err := json.Unmarshal(testenv.Python(t, compareRuns, runs...), &got); err != nil {
-		t.Fatal(err)
-	}
+	got := diffRuns(t, runs...)
 	if got[0].Steps != 3 || got[0].Variables < 3*40 {
 		t.Fatalf("compared %d steps and %d variables, want 3 steps and every variable with its slots", got[0].Steps, got[0].Variables)
 	}
