@@ -104,19 +104,7 @@ func TestReducerArenasInLentMemory(t *testing.T) {
 		{Compression: FP16Compression, GradientPredivideFactor: 2},
 	}
 	run := func(lend bool) ([][]byte, []*lending) {
-		var opts []Option
-		lenders := make([]*lending, 2)
-		var mu sync.Mutex
-		if lend {
-			opts = append(opts, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
-				l := &lending{Backend: control, live: map[*byte][]byte{}}
-				mu.Lock()
-				lenders[control.Topology().Rank] = l
-				mu.Unlock()
-				return l, nil
-			}))
-		}
-		hs, _ := job(t, 2, opts...)
+		hs, lenders := lendingJob(t, 2, lend)
 		results := make([][]byte, 2)
 		onEveryRank(t, hs, func(h *Horovod) error {
 			r := rand.New(rand.NewPCG(21, uint64(h.Rank())))

@@ -15,12 +15,19 @@ import (
 // device count FAKE_CUDA_DEVICES sets) and points discovery at it.
 func fakeCUDARuntime(t *testing.T) {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "libcudart.so")
-	if b, err := exec.Command("gcc", "-shared", "-fPIC", "-o", out, "-DFAKE_CUDA", "../../nccl/testdata/fakelib.c").CombinedOutput(); err != nil {
-		t.Fatalf("building the fake CUDA runtime: %v\n%s", err, b)
-	}
-	t.Setenv("GOROVOD_CUDART_LIBRARY", out)
+	t.Setenv("GOROVOD_CUDART_LIBRARY", fakeLibrary(t, "libcudart.so", "-DFAKE_CUDA"))
 	t.Setenv("FAKE_FAIL", "")
+}
+
+// fakeLibrary builds nccl/testdata/fakelib.c as the stand-in library name (define selects
+// which) and returns its path.
+func fakeLibrary(t *testing.T, name, define string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
+	if b, err := exec.Command("gcc", "-shared", "-fPIC", "-o", out, define, "../../nccl/testdata/fakelib.c").CombinedOutput(); err != nil {
+		t.Fatalf("building the stand-in %s: %v\n%s", name, err, b)
+	}
+	return out
 }
 
 // The placement holds on every backend, not only NCCL's: each rank's TensorFlow sees the GPU of

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,11 +35,7 @@ func TestGradientsInNCCLPinnedMemory(t *testing.T) {
 	writeData(t, data, 24, 4, 4)
 	fakeCUDARuntime(t)
 	t.Setenv("FAKE_CUDA_DEVICES", "1")
-	fakeNCCL := filepath.Join(t.TempDir(), "libnccl.so")
-	if b, err := exec.Command("gcc", "-shared", "-fPIC", "-o", fakeNCCL, "-DFAKE_NCCL", "../../nccl/testdata/fakelib.c").CombinedOutput(); err != nil {
-		t.Fatalf("building the fake NCCL: %v\n%s", err, b)
-	}
-	t.Setenv("GOROVOD_NCCL_LIBRARY", fakeNCCL)
+	t.Setenv("GOROVOD_NCCL_LIBRARY", fakeLibrary(t, "libnccl.so", "-DFAKE_NCCL"))
 	common := []string{"--do_train", "--num_train_epochs=1", "--train_batch_size=8", "--learning_rate=2e-3", "--warmup_proportion=0",
 		"--shuffle_buffer=0", "--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
 	const logged = "finetune: gradients in the nccl backend's pinned host memory"
