@@ -114,3 +114,15 @@ def test_the_committed_charts_are_those_of_the_committed_data(tmp_path, plotter)
     for name in CHARTS:
         assert (tmp_path / name).read_bytes() == (ROOT / "docs/img" / name).read_bytes(), (
             f"docs/img/{name} is not drawn from docs/bench: run make plots")
+
+
+def test_horovod_figures_are_drawn_where_the_data_has_them(tmp_path, plotter):
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    path = data / "allreduce.tsv"
+    text = path.read_text()
+    assert "\t30700\t31000\t-\n" in text
+    path.write_text(text.replace("\t30700\t31000\t-\n", "\t30700\t31000\t33000\n"))
+    assert plotter.main(["--data", str(data), "--out", str(tmp_path / "img")]) == 0
+    png_size(tmp_path / "img/allreduce.png")
+    assert (tmp_path / "img/allreduce.png").read_bytes() != (ROOT / "docs/img/allreduce.png").read_bytes()
