@@ -19,6 +19,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/x448/float16"
@@ -34,6 +37,9 @@ var (
 	rounds     = flag.Int("rounds", 5, "rounds of every measurement, raw MPI then horovod; the best round counts")
 	batches    = flag.Int("batches", 3, "timed batches of each measurement per round; the best batch counts")
 	bigIters   = flag.Int("big-iters", 3, "allreduces of the 64 MiB buffer per batch")
+	midIters   = flag.Int("mid-iters", 50, "allreduces of the 1 MiB buffer per batch")
+	cpuProfile = flag.String("cpuprofile", "", "write rank 0's CPU profile of the timed rows to this file")
+	only       = flag.String("only", "", "run only the rows whose description matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
 )
 
@@ -46,10 +52,21 @@ func (keepOpen) Close() error { return nil }
 // measurement is one row: a horovod figure and the raw MPI figure it is compared with.
 type measurement struct {
 	what, target string
-	rawSize      int  // raw MPI_Allreduce sums a float32 buffer of this many bytes
-	rawInPlace   bool // with MPI_IN_PLACE, as horovod's row does (OpenMPI allocates a temporary then)
-	rawIters     int
+	raw          func() (float64, error) // on the MPI thread, while no horovod instance runs
 	ours         func(*horovod.Horovod) float64
+}
+
+// rawAllreduce times MPI_Allreduce of a float32 buffer of size bytes: with MPI_IN_PLACE when
+// inPlace is set (OpenMPI allocates a temporary then), followed by the division by the job size
+// when average is.
+func rawAllreduce(size int, inPlace, average bool, iters *int) func() (float64, error) {
+	return func() (float64, error) {
+		send, recv := make([]byte, size), make([]byte, size)
+		if inPlace {
+			send = recv
+		}
+		return rawmpi.TimeAllreduce(send, recv, backend.Float32, average, *batches, *iters)
+	}
 }
 
 func main() {
@@ -59,7 +76,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	const big, small = 64 << 20, 4 << 10
+	const big, mid, small = 64 << 20, 1 << 20, 4 << 10
 	one := func(n int) []horovod.NamedTensor {
 		return []horovod.NamedTensor{{Name: "g", Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{n / 4}, Data: make([]byte, n)}}}
 	}
@@ -78,31 +95,59 @@ func main() {
 	}
 	sum := horovod.ReducerOptions{Op: horovod.Sum}
 	inPlace := horovod.ReducerOptions{Op: horovod.Sum, InPlace: true}
+	general := func(size int, op horovod.ReduceOp, iters *int) func(*horovod.Horovod) float64 {
+		t := one(size)[0].Tensor
+		return func(h *horovod.Horovod) float64 {
+			return timeCalls(h, *iters, func() error {
+				_, err := h.Allreduce("t", t, horovod.AllreduceOptions{Op: op})
+				return err
+			})
+		}
+	}
 	ms := []measurement{
-		{"allreduce 64 MiB float32 sum, one tensor, out of place", "", big, false, *bigIters, reducer(sum, bigOne, bigIters)},
-		{"  64 x 1 MiB from one flat buffer, fused, out of place", "  (target >= 0.95)", big, false, *bigIters, reducer(sum, flat, bigIters)},
-		{"  64 x 1 MiB from one flat buffer, fused, InPlace", "  (target >= 0.95)", big, true, *bigIters, reducer(inPlace, flat, bigIters)},
-		{"  64 x 1 MiB allocated apart, via the fusion buffer (in place)", "", big, true, *bigIters, reducer(sum, scattered, bigIters)},
-		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", big, true, *bigIters, reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters)},
-		{"  64 x 1 MiB flat, InPlace, average deferred (finetune)", "  (target >= 0.95)", big, true, *bigIters, reducer(horovod.ReducerOptions{InPlace: true, DeferAverage: true}, flat, bigIters)},
-		{"  64 x 1 MiB flat, average, fp16 compression (in place)", "", big, true, *bigIters, reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters)},
-		{"allreduce 4 KiB float32 sum (latency), out of place", "", small, false, *smallIters, reducer(sum, smallOne, smallIters)},
+		{"allreduce 64 MiB float32 sum, one tensor, out of place", "", rawAllreduce(big, false, false, bigIters), reducer(sum, bigOne, bigIters)},
+		{"  64 x 1 MiB from one flat buffer, fused, out of place", "  (target >= 0.95)", rawAllreduce(big, false, false, bigIters), reducer(sum, flat, bigIters)},
+		{"  64 x 1 MiB from one flat buffer, fused, InPlace", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(inPlace, flat, bigIters)},
+		{"  64 x 1 MiB allocated apart, via the fusion buffer (in place)", "", rawAllreduce(big, true, false, bigIters), reducer(sum, scattered, bigIters)},
+		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters)},
+		{"  64 x 1 MiB flat, InPlace, average deferred (finetune)", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(horovod.ReducerOptions{InPlace: true, DeferAverage: true}, flat, bigIters)},
+		{"  64 x 1 MiB flat, average, fp16 compression (in place)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters)},
+		{"allreduce 4 KiB float32 sum (latency), out of place", "", rawAllreduce(small, false, false, smallIters), reducer(sum, smallOne, smallIters)},
+		// The general API, one tensor per call, against MPI out of place (Allreduce returns a new
+		// tensor); Average against MPI's sum followed by the division.
+		{"Allreduce (one tensor, new result) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, smallIters)},
+		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, midIters)},
+		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, midIters)},
+		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, bigIters)},
+		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, bigIters)},
+	}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			log.Fatal(err)
+		}
+		ms = slices.DeleteFunc(ms, func(m measurement) bool { return !re.MatchString(m.what) })
 	}
 	raw, ours := make([]float64, len(ms)), make([]float64, len(ms))
 	for i := range ms {
 		raw[i], ours[i] = math.Inf(1), math.Inf(1)
 	}
 	var rank, size int
+	if *cpuProfile != "" && comm.Topology().Rank == 0 {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+	}
 	// Each row's raw MPI and horovod figures are taken back to back, round after round, so that
 	// both see the same machine load; horovod is stopped while raw MPI runs.
 	for range *rounds {
 		for i, m := range ms {
 			var t float64
-			send, recv := make([]byte, m.rawSize), make([]byte, m.rawSize)
-			if m.rawInPlace {
-				send = recv
-			}
-			comm.Do(func() { t, err = rawmpi.TimeAllreduce(send, recv, backend.Float32, *batches, m.rawIters) })
+			comm.Do(func() { t, err = m.raw() })
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -118,6 +163,7 @@ func main() {
 			}
 		}
 	}
+	pprof.StopCPUProfile() // does nothing when no profile was started
 	if err := comm.Close(); err != nil {
 		log.Fatal(err)
 	}
@@ -131,14 +177,22 @@ func main() {
 	conversionRates()
 }
 
-// timeReducer times the reducer on grads as rawmpi times MPI: after one warm-up step, batches of
-// iters steps, each after a barrier; the slowest rank's best batch mean in seconds per step.
+// timeReducer times the reducer on grads with timeCalls.
 func timeReducer(hvd *horovod.Horovod, opts horovod.ReducerOptions, grads []horovod.NamedTensor, iters int) float64 {
 	red, err := hvd.NewReducer(opts)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, _, err := red.Reduce(grads); err != nil {
+	return timeCalls(hvd, iters, func() error {
+		_, _, err := red.Reduce(grads)
+		return err
+	})
+}
+
+// timeCalls times call as rawmpi times MPI: after one warm-up call, batches of iters calls,
+// each batch after a barrier; the slowest rank's best batch mean in seconds per call.
+func timeCalls(hvd *horovod.Horovod, iters int, call func() error) float64 {
+	if err := call(); err != nil {
 		log.Fatal(err)
 	}
 	best := []float64{1e300}
@@ -148,7 +202,7 @@ func timeReducer(hvd *horovod.Horovod, opts horovod.ReducerOptions, grads []horo
 		}
 		start := time.Now()
 		for range iters {
-			if _, _, err := red.Reduce(grads); err != nil {
+			if err := call(); err != nil {
 				log.Fatal(err)
 			}
 		}

@@ -34,17 +34,37 @@ static int raw_allreduce(const void *send, void *recv, int count, int dtype, int
 	return MPI_Allreduce(send, recv, count, raw_type(dtype), raw_op(op), MPI_COMM_WORLD);
 }
 
-// raw_time_allreduce runs batches of iters sum allreduces from send into recv (in place when
-// they are the same buffer), each batch after a barrier, and returns the slowest rank's best batch
-// mean in seconds per call (the best batch filters out interference from other load).
-static double raw_time_allreduce(void *send, void *recv, int count, int dtype, int batches, int iters) {
+// raw_time runs batches of iters calls of one collective, each batch after a barrier, and returns
+// the slowest rank's best batch mean in seconds per call (the best batch filters out interference
+// from other load). kind: 0 allreduce sum from send into recv (in place when they are the same
+// buffer); 1 the same, then every float of recv multiplied by 1/size (an average, as a framework
+// computes it from MPI's sum); 2 allgather of count bytes from every rank into recv; 3 broadcast
+// of count bytes of recv from rank 0.
+static double raw_time(int kind, void *send, void *recv, int count, int dtype, int batches, int iters) {
 	const void *src = send == recv ? MPI_IN_PLACE : send;
+	int size;
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	double best = 1e300;
 	for (int b = 0; b < batches; b++) {
 		MPI_Barrier(MPI_COMM_WORLD);
 		double t0 = MPI_Wtime();
 		for (int i = 0; i < iters; i++) {
-			MPI_Allreduce(src, recv, count, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+			switch (kind) {
+			case 0:
+			case 1:
+				MPI_Allreduce(src, recv, count, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+				if (kind == 1) {
+					float *v = recv, f = 1.0f / size;
+					for (int j = 0; j < count; j++) v[j] *= f;
+				}
+				break;
+			case 2:
+				MPI_Allgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, MPI_COMM_WORLD);
+				break;
+			case 3:
+				MPI_Bcast(recv, count, MPI_BYTE, 0, MPI_COMM_WORLD);
+				break;
+			}
 		}
 		double t = (MPI_Wtime() - t0) / iters;
 		if (t < best) best = t;
@@ -82,15 +102,42 @@ func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 }
 
 // TimeAllreduce is the seconds one MPI_Allreduce sum from send into recv takes (MPI_IN_PLACE when
-// they are the same slice): the best of batches batches of iters calls made back to back in C,
-// each batch timed as a mean; the slowest rank's figure, the same on every rank.
-func TimeAllreduce(send, recv []byte, dt backend.DType, batches, iters int) (float64, error) {
+// they are the same slice), followed when average is set by a multiplication of every float32 of
+// recv by 1/size: the best of batches batches of iters calls made back to back in C, each batch
+// timed as a mean; the slowest rank's figure, the same on every rank.
+func TimeAllreduce(send, recv []byte, dt backend.DType, average bool, batches, iters int) (float64, error) {
 	if err := supported(dt); err != nil {
 		return 0, err
 	}
 	if len(send) != len(recv) || len(send) == 0 {
 		return 0, fmt.Errorf("rawmpi: timing an allreduce of %d bytes into %d", len(send), len(recv))
 	}
-	return float64(C.raw_time_allreduce(unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()),
+	kind := 0
+	if average {
+		if dt != backend.Float32 {
+			return 0, fmt.Errorf("rawmpi: timing an average of %v: float32 only", dt)
+		}
+		kind = 1
+	}
+	return float64(C.raw_time(C.int(kind), unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()),
 		C.int(dt), C.int(batches), C.int(iters))), nil
+}
+
+// TimeAllgather is TimeAllreduce for MPI_Allgather of send (the same length on every rank) into
+// recv (size times as long).
+func TimeAllgather(send, recv []byte, batches, iters int) (float64, error) {
+	if len(send) == 0 || len(recv)%len(send) != 0 {
+		return 0, fmt.Errorf("rawmpi: timing an allgather of %d bytes into %d", len(send), len(recv))
+	}
+	return float64(C.raw_time(2, unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)), 0,
+		C.int(batches), C.int(iters))), nil
+}
+
+// TimeBroadcast is TimeAllreduce for MPI_Bcast of buf from rank 0.
+func TimeBroadcast(buf []byte, batches, iters int) (float64, error) {
+	if len(buf) == 0 {
+		return 0, fmt.Errorf("rawmpi: timing a broadcast of 0 bytes")
+	}
+	return float64(C.raw_time(3, unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), C.int(len(buf)), 0,
+		C.int(batches), C.int(iters))), nil
 }
