@@ -154,13 +154,13 @@ type Backend interface {
 // afterwards and fails Init on all of them.
 type Opener func(control Backend) (Backend, error)
 
-// Pinned is implemented by a Backend whose calls must all be made from one OS thread, as MPI's
-// are from the thread that initialized it. horovod runs its background loop through Serve, so
-// the loop's calls are made on that thread directly instead of being handed over to it.
+// Pinned is implemented by a Backend whose calls are otherwise handed over to a thread of its
+// own, as MPI's are to the thread that initialized it. horovod runs its background loop through
+// Serve, so the loop's calls are made directly instead of being handed over one by one.
 type Pinned interface {
 	Backend
-	// Serve runs loop on the backend's thread and returns when loop returns. While loop runs,
-	// the backend must be called only from loop (Abort excepted).
+	// Serve runs loop and returns when loop returns; the backend's methods called from loop run
+	// in place. While loop runs, the backend must be called only from loop (Abort excepted).
 	Serve(loop func())
 }
 

@@ -10,11 +10,11 @@ import (
 	"github.com/gorovod/gorovod/horovod/fp16"
 )
 
-// halfBlock is how many halves are widened at a time, on the stack of the MPI thread.
+// halfBlock is how many halves are widened at a time, on the stack of the calling thread.
 const halfBlock = 2048
 
 // hvdHalfReduce is the body of the float16 MPI operators: inout[i] = op(in[i], inout[i]),
-// computed in float32 and rounded back to nearest even. MPI calls it on the MPI thread.
+// computed in float32 and rounded back to nearest even. MPI calls it on the thread of the allreduce.
 //
 //export hvdHalfReduce
 func hvdHalfReduce(in, inout unsafe.Pointer, n C.int, op C.int) {

@@ -1,7 +1,8 @@
-// Package mpi is horovod's backend over OpenMPI. MPI is initialized on one dedicated, locked OS
-// thread, which then makes every MPI call of the process (Horovod's background-thread model), so
-// MPI_THREAD_SERIALIZED is all it asks of the library. float16 reductions go through custom MPI
-// operators backed by package fp16.
+// Package mpi is horovod's backend over OpenMPI. MPI is initialized and finalized on one
+// dedicated, locked OS thread, which makes every MPI call of the process but those of horovod's
+// background loop; the loop, one goroutine, makes its own calls wherever Go runs it (see Serve).
+// No two calls ever overlap, so MPI_THREAD_SERIALIZED is all it asks of the library. float16
+// reductions go through custom MPI operators backed by package fp16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
 // them sleeping rather than polling, unless GOROVOD_MPI_WAIT says otherwise (package mpiwait): its
@@ -70,7 +71,7 @@ type Comm struct {
 	calls  chan func()
 	mu     sync.Mutex // guards closed against concurrent Close/Do
 	closed bool
-	// serving is set while Serve runs a loop on the MPI thread: that loop is then the only
+	// serving is set while Serve runs a loop: that loop is then the only
 	// caller, and its calls run in place.
 	serving atomic.Bool
 	// sleepingWait: small allgathers wait sleeping (mpiwait.Env).
@@ -149,14 +150,20 @@ func (c *Comm) Do(f func()) error {
 	return nil
 }
 
-// Serve runs loop on the MPI thread; the Comm's methods called from loop then make their MPI
+// Serve runs loop on the calling goroutine; the Comm's methods called from loop make their MPI
 // calls directly, without a hand-over per call. Nothing but loop may call the Comm meanwhile.
+//
+// loop does not run on the MPI thread: a goroutine locked to an OS thread hands its processor to
+// another thread whenever it blocks, so every hand-over between a caller and the loop (a
+// submission, a completed result) would cost two thread wake-ups, the larger part of a small
+// allreduce's latency on a loaded machine. Unlocked, Go runs the loop on the thread of the
+// caller that just parked waiting for it. MPI_THREAD_SERIALIZED allows calls from any thread as
+// long as none overlap, which the single loop goroutine guarantees (Go's scheduler orders a
+// goroutine's steps across threads); Init and Finalize stay on the MPI thread, as MPI requires.
 func (c *Comm) Serve(loop func()) {
-	c.Do(func() {
-		c.serving.Store(true)
-		defer c.serving.Store(false)
-		loop()
-	})
+	c.serving.Store(true)
+	defer c.serving.Store(false)
+	loop()
 }
 
 func (c *Comm) call(name string, f func() C.int) error {
@@ -267,9 +274,9 @@ func (c *Comm) Barrier() error {
 	return c.call("MPI_Barrier", func() C.int { return C.hvd_mpi_barrier() })
 }
 
-// Abort is MPI_Abort, called from the caller's thread: the MPI thread may be blocked in a
+// Abort is MPI_Abort, called from the caller's thread: the loop may be blocked in a
 // collective that will never complete, which is usually why Abort is called. That is the one
-// call made outside the MPI thread; MPI_THREAD_SERIALIZED leaves it undefined by the standard,
+// call that may overlap another; MPI_THREAD_SERIALIZED leaves it undefined by the standard,
 // and we rely on OpenMPI's MPI_Abort, which only asks the runtime (ORTE) to kill the job and
 // touches no communicator state (the frozen-rank job of make test-mpi exercises it).
 func (c *Comm) Abort(code int) {

@@ -40,13 +40,8 @@ static void half_prod_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 int hvd_mpi_init(hvd_topology *topo) {
 	int err, initialized = 0;
 	MPI_Initialized(&initialized);
-#ifdef PR_SET_TIMERSLACK
-	// This thread makes every MPI call, including the sleeping waits of hvd_mpi_allgatherv:
-	// Linux's default 50 us timer slack would stretch their first 10 us sleeps sixfold.
-	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-#endif
 	if (!initialized) {
-		// Every MPI call of this process is made from one OS thread, the one calling this.
+		// No two MPI calls of this process overlap: horovod's loop or this thread makes them.
 		err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &topo->thread_level);
 		if (err != MPI_SUCCESS) return err;
 		we_initialized = 1;
@@ -137,6 +132,11 @@ static int wait_sleeping(MPI_Request *req) {
 		if (done) return MPI_SUCCESS;
 	} while (now_ns() < spin_until);
 	long pause = HVD_WAIT_FIRST_SLEEP_NS;
+#ifdef PR_SET_TIMERSLACK
+	// Linux's default 50 us timer slack would stretch the first 10 us sleeps sixfold. The slack
+	// is per thread, and horovod's loop may run on any of Go's threads: set it on this one.
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
 	for (;;) {
 		struct timespec ts = {0, pause};
 		nanosleep(&ts, NULL);
