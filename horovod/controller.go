@@ -580,6 +580,9 @@ func (c *controller) agree(name string, e *entry) *response {
 		}
 	}
 	resp := &response{spec: ref}
+	if agreedAsIs(e.specs, ref) {
+		return resp
+	}
 	fail := func(what string, key func(*spec) string) bool {
 		vals := make([]string, c.size)
 		differ := false

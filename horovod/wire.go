@@ -58,6 +58,23 @@ func (s *spec) sameSignature(o *spec) bool {
 		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root
 }
 
+// agreedAsIs reports whether an operation's submissions (by rank, nil where a rank has not
+// submitted) need no checking beyond equality: every one equals ref, a broadcast's root is among
+// them, and the operation is no allgather (whose response carries every rank's first dimension).
+// It spares the steady state of a training loop, where every rank submits the same cached
+// signatures round after round, from building a description of each rank's values.
+func agreedAsIs(specs []*spec, ref *spec) bool {
+	if ref.kind == kindAllgather || ref.kind == kindBroadcast && specs[ref.root] == nil {
+		return false
+	}
+	for _, s := range specs {
+		if s != nil && s != ref && !s.equal(ref) {
+			return false
+		}
+	}
+	return true
+}
+
 // bytes is the size of the tensor the spec describes.
 func (s *spec) bytes() int {
 	n := s.dtype.Size()
