@@ -3,6 +3,8 @@ package horovod
 import (
 	"fmt"
 	"slices"
+
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // AllreduceOptions are Horovod's allreduce arguments. The zero value averages with no scaling.
@@ -11,6 +13,12 @@ type AllreduceOptions struct {
 	// Prescale multiplies each rank's input before the reduction, Postscale the result after it
 	// (after the division of Average); 0 means 1.
 	Prescale, Postscale float64
+	// Output, when not nil, receives the result instead of a new buffer, which saves allocating
+	// (and zeroing) one per call: a buffer the caller reuses from call to call, or the tensor's
+	// own Data to reduce in place (Horovod's allreduce_). It is exactly as long as the tensor's
+	// Data, does not partly overlap it, and must not be used until the operation completes; the
+	// result's Data is Output. A single tensor's option: GroupedAllreduce refuses it.
+	Output []byte
 }
 
 func (o AllreduceOptions) factors() (pre, post float64) {
@@ -40,11 +48,23 @@ func (h *Horovod) allreduceRequest(name, group string, groupSize int, t Tensor, 
 	if o.Op > Product {
 		return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
 	}
+	if o.Output != nil {
+		if group != "" {
+			return nil, &Error{Op: "allreduce", Tensor: name, Reason: "Output is for a single tensor's allreduce, not a group's"}
+		}
+		if len(o.Output) != len(t.Data) {
+			return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("Output holds %d bytes for a tensor of %d", len(o.Output), len(t.Data))}
+		}
+		if parallel.Overlap(o.Output, t.Data) && !parallel.Same(o.Output, t.Data) {
+			return nil, &Error{Op: "allreduce", Tensor: name, Reason: "Output partly overlaps the tensor's Data (it may be the same slice, or apart from it)"}
+		}
+	}
 	pre, post := o.factors()
 	return &request{
 		spec: spec{name: name, kind: kindAllreduce, dtype: t.DType, shape: slices.Clone(t.Shape), op: o.Op,
 			prescale: pre, postscale: post, group: group, groupSize: groupSize},
-		input: t.Data,
+		input:  t.Data,
+		output: o.Output,
 	}, nil
 }
 
@@ -72,7 +92,7 @@ func (h *Horovod) AllreduceAsync(name string, t Tensor, o AllreduceOptions) (*Ha
 	return &Handle{req}, nil
 }
 
-// Allreduce reduces t across ranks and returns the result in a new tensor.
+// Allreduce reduces t across ranks and returns the result in a new tensor, or in o.Output.
 func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, error) {
 	hd, err := h.AllreduceAsync(name, t, o)
 	if err != nil {
