@@ -51,8 +51,9 @@ func (o ReduceOp) backendOp() backend.ReduceOp {
 }
 
 // execute runs the responses of one round in order. Each allreduce takes along every later ready
-// allreduce of the same dtype, op and scale factors while they fit the fusion threshold, and the
-// group runs as one backend call. Every rank computes the same batches from the same responses.
+// allreduce of the same dtype, op and scale factors while they fit the fusion threshold, each
+// broadcast every later broadcast from the same root, each allgather every later allgather, and
+// the group runs as one backend call. Every rank computes the same batches from the same responses.
 // An error from the backend is returned: the collective state is then unknown and the loop stops.
 func (c *controller) execute(responses []*response) error {
 	used := make([]bool, len(responses))
@@ -83,9 +84,32 @@ func (c *controller) execute(responses []*response) error {
 			}
 			err = c.allreduce(batch)
 		case kindAllgather:
-			err = c.allgather(r)
+			bytes := gatheredBytes(r)
+			for j := i + 1; j < len(responses); j++ {
+				if !used[j] && responses[j].err == nil && responses[j].spec.kind == kindAllgather &&
+					bytes+gatheredBytes(responses[j]) <= c.h.cfg.FusionThreshold {
+					used[j] = true
+					bytes += gatheredBytes(responses[j])
+					batch = append(batch, responses[j])
+				}
+			}
+			err = c.allgather(batch)
 		case kindBroadcast:
-			err = c.broadcast(r)
+			bytes := r.spec.bytes()
+			for j := i + 1; j < len(responses); j++ {
+				s := responses[j].spec
+				if !used[j] && responses[j].err == nil && s.kind == kindBroadcast && s.root == r.spec.root &&
+					bytes+s.bytes() <= c.h.cfg.FusionThreshold {
+					used[j] = true
+					bytes += s.bytes()
+					batch = append(batch, responses[j])
+				}
+			}
+			if len(batch) == 1 {
+				err = c.broadcast(r)
+			} else {
+				err = c.fusedBroadcast(batch)
+			}
 		case kindBarrier:
 			err = c.barrier(r)
 		}
@@ -306,35 +330,93 @@ func span(ops []operand, part func(operand) []byte) []byte {
 	return first[:n]
 }
 
-func (c *controller) allgather(r *response) error {
-	s := r.spec
+// rowBytes is the size of one row (one index of the first dimension) of an allgather's tensor.
+func rowBytes(s *spec) int {
 	row := s.dtype.Size()
 	for _, d := range s.shape[1:] {
 		row *= d
 	}
-	counts := make([]int, c.size)
+	return row
+}
+
+// gatheredBytes is the size of an allgather's result: every rank's rows.
+func gatheredBytes(r *response) int {
 	rows := 0
-	for i, d := range r.firstDims {
-		counts[i] = d * row
+	for _, d := range r.firstDims {
 		rows += d
 	}
-	req := c.take(s.name)
-	var in []byte
-	if req != nil {
-		in = req.input
+	return rows * rowBytes(r.spec)
+}
+
+// allgather gathers the tensors of batch in one backend call: each rank sends its inputs back to
+// back, and each tensor's result is then copied out of every rank's part. A single tensor is
+// gathered straight into its result.
+func (c *controller) allgather(batch []*response) error {
+	reqs := make([]*request, len(batch))
+	outs := make([][]byte, len(batch))
+	names := make([]string, len(batch))
+	counts := make([]int, c.size) // bytes each rank sends: its rows of every tensor
+	for i, r := range batch {
+		reqs[i] = c.take(r.spec.name)
+		outs[i] = make([]byte, gatheredBytes(r))
+		names[i] = r.spec.name
+		for k, d := range r.firstDims {
+			counts[k] += d * rowBytes(r.spec)
+		}
+		c.timeline.start(r.spec.name, "QUEUE", r.ready)
+		c.timeline.end(r.spec.name)
 	}
-	out := make([]byte, rows*row)
-	c.timeline.start(s.name, "QUEUE", r.ready)
-	c.timeline.end(s.name)
-	c.timeline.start(s.name, c.backendPhase(kindAllgather), timeNow())
-	err := c.busy("allgather", func() error { return c.data.Allgatherv(in, out, counts) })
-	c.timeline.end(s.name)
+	var send, recv []byte
+	if len(batch) == 1 {
+		recv = outs[0]
+		if reqs[0] != nil {
+			send = reqs[0].input
+		}
+	} else {
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		c.fusion.grow(total+counts[c.rank], false)
+		if err := c.fusion.settle(); err != nil {
+			return err
+		}
+		recv, send = c.fusion.buf[:total], c.fusion.buf[total:]
+		off := 0
+		for _, req := range reqs {
+			if req != nil { // a joined rank sends no rows
+				off += copy(send[off:], req.input)
+			}
+		}
+	}
+	c.timeline.startAll(names, c.backendPhase(kindAllgather))
+	err := c.busy("allgather", func() error { return c.data.Allgatherv(send, recv, counts) })
+	c.timeline.endAll(names)
 	if err != nil {
 		return err
 	}
-	if req != nil {
-		shape := append([]int{rows}, s.shape[1:]...)
-		req.complete(Tensor{DType: s.dtype, Shape: shape, Data: out}, nil)
+	if len(batch) > 1 {
+		// recv holds rank 0's rows of every tensor, then rank 1's, ...; each result wants its
+		// own rows of rank 0, then of rank 1, ...
+		written := make([]int, len(batch))
+		off := 0
+		for k := range c.size {
+			for i, r := range batch {
+				n := r.firstDims[k] * rowBytes(r.spec)
+				written[i] += copy(outs[i][written[i]:], recv[off:off+n])
+				off += n
+			}
+		}
+	}
+	for i, r := range batch {
+		if reqs[i] != nil {
+			rows := 0
+			for _, d := range r.firstDims {
+				rows += d
+			}
+			shape := append([]int{rows}, r.spec.shape[1:]...)
+			reqs[i].complete(Tensor{DType: r.spec.dtype, Shape: shape, Data: outs[i]}, nil)
+		}
 	}
 	return nil
 }
@@ -354,6 +436,75 @@ func (c *controller) broadcast(r *response) error {
 		return err
 	}
 	o.finish(s.shape)
+	return nil
+}
+
+// fusedBroadcast sends the tensors of batch, all from one root, as one broadcast: the root lays
+// its inputs back to back in the fusion buffer, every rank receives the buffer and copies each
+// tensor out. Where the outputs already lie back to back (variables sliced from one flat buffer,
+// broadcast in place), the backend fills them where they are, with no copy on any rank.
+func (c *controller) fusedBroadcast(batch []*response) error {
+	root := batch[0].spec.root
+	ops := make([]operand, len(batch))
+	names := make([]string, len(batch))
+	total := 0
+	for i, r := range batch {
+		ops[i] = c.operand(r.spec)
+		names[i] = r.spec.name
+		total += len(ops[i].output)
+		c.timeline.start(r.spec.name, "QUEUE", r.ready)
+		c.timeline.end(r.spec.name)
+	}
+	phase := func(what string, f func() error) error {
+		c.timeline.startAll(names, what)
+		err := c.busy(what, f)
+		c.timeline.endAll(names)
+		return err
+	}
+	buf := span(ops, func(o operand) []byte { return o.output })
+	if buf != nil && c.rank == root {
+		// The root's inputs go where they are broadcast from: its own outputs, unless in place.
+		for _, o := range ops {
+			if !parallel.Same(o.input, o.output) {
+				buf = nil // through the fusion buffer: an input may lie in another's output
+				break
+			}
+		}
+	}
+	direct := buf != nil
+	if !direct {
+		c.fusion.grow(total, false)
+		if err := c.fusion.settle(); err != nil {
+			return err
+		}
+		buf = c.fusion.buf[:total]
+		if c.rank == root {
+			parts := make([][]byte, len(ops))
+			for i, o := range ops {
+				parts[i] = o.input
+			}
+			_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
+				parallel.Gather(buf, parts, c.h.workers)
+				return nil
+			})
+		}
+	}
+	if err := phase(c.backendPhase(kindBroadcast), func() error { return c.data.Broadcast(buf, root) }); err != nil {
+		return err
+	}
+	if !direct {
+		parts := make([][]byte, len(ops))
+		for i, o := range ops {
+			parts[i] = o.output
+		}
+		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
+			parallel.Scatter(parts, buf, c.h.workers)
+			return nil
+		})
+	}
+	for i, o := range ops {
+		o.finish(batch[i].spec.shape)
+	}
 	return nil
 }
 

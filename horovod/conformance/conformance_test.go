@@ -120,30 +120,57 @@ func TestPrescalePostscale(t *testing.T) {
 }
 
 func TestAllgatherVariableFirstDimension(t *testing.T) {
-	for _, dt := range backend.DTypes {
-		for _, inner := range [][]int{{}, {3}, {2, 2}} {
-			shape := append([]int{hvd.Rank() + 1}, inner...)
-			row := numElements(inner)
-			in := make([]float64, numElements(shape))
-			for i := range in {
-				in[i] = float64(10*hvd.Rank() + i%10)
+	// One tensor at a time, then every dtype's submitted together (fused where a round sees them
+	// all at once).
+	for _, async := range []bool{false, true} {
+		var wait []func()
+		for _, dt := range backend.DTypes {
+			wait = append(wait, allgatherVariableFirstDimension(t, dt, async)...)
+		}
+		for _, w := range wait {
+			w()
+		}
+	}
+}
+
+// allgatherVariableFirstDimension gathers a tensor of dt per inner shape, rank r sending r+1 rows,
+// and checks each result; when async is set it returns the checks to run after submitting more.
+func allgatherVariableFirstDimension(t *testing.T, dt backend.DType, async bool) []func() {
+	var wait []func()
+	for _, inner := range [][]int{{}, {3}, {2, 2}} {
+		shape := append([]int{hvd.Rank() + 1}, inner...)
+		row := numElements(inner)
+		in := make([]float64, numElements(shape))
+		for i := range in {
+			in[i] = float64(10*hvd.Rank() + i%10)
+		}
+		var want []float64
+		rows := 0
+		for r := 0; r < hvd.Size(); r++ {
+			for i := 0; i < (r+1)*row; i++ {
+				want = append(want, float64(10*r+i%10))
 			}
-			var want []float64
-			rows := 0
-			for r := 0; r < hvd.Size(); r++ {
-				for i := 0; i < (r+1)*row; i++ {
-					want = append(want, float64(10*r+i%10))
-				}
-				rows += r + 1
-			}
-			name := fmt.Sprintf("gather/%v/%v", dt, inner)
-			got, err := hvd.Allgather(name, tensor(dt, shape, in))
+			rows += r + 1
+		}
+		name := fmt.Sprintf("gather/%v/%v/%v", dt, inner, async)
+		hd, err := hvd.AllgatherAsync(name, tensor(dt, shape, in))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		check := func() {
+			got, err := hd.Wait()
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			expectValues(t, name, got, dt, append([]int{rows}, inner...), want)
 		}
+		if async {
+			wait = append(wait, check)
+		} else {
+			check()
+		}
 	}
+	return wait
 }
 
 func TestBroadcastEveryDtypeFromEveryRoot(t *testing.T) {
@@ -179,6 +206,38 @@ func TestBroadcastEveryDtypeFromEveryRoot(t *testing.T) {
 	}
 	expectValues(t, "kernel", vars[0].Tensor, backend.Float32, []int{2, 2}, []float64{float64(hvd.Size() - 1), 1, 2, 3})
 	expectValues(t, "step", vars[1].Tensor, backend.Int64, nil, []float64{float64(100 + hvd.Size() - 1)})
+
+	// Every dtype's variable sliced back to back from one buffer, as one fused broadcast fills
+	// them where they lie, from each root in turn.
+	for root := 0; root < hvd.Size(); root++ {
+		var flat []byte
+		for _, dt := range backend.DTypes {
+			flat = append(flat, tensor(dt, []int{7}, seq(hvd.Rank(), 7)).Data...)
+		}
+		vars := []horovod.NamedTensor{}
+		off := 0
+		for _, dt := range backend.DTypes {
+			n := 7 * dt.Size()
+			vars = append(vars, horovod.NamedTensor{Name: fmt.Sprintf("flat/%d/%v", root, dt),
+				Tensor: horovod.Tensor{DType: dt, Shape: []int{7}, Data: flat[off : off+n : off+n]}})
+			off += n
+		}
+		if err := hvd.BroadcastVariables(vars, root); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vars {
+			expectValues(t, v.Name, v.Tensor, v.DType, []int{7}, seq(root, 7))
+		}
+	}
+}
+
+// seq is n small integers that depend on rank, exact in every dtype.
+func seq(rank, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = float64((rank*13 + i) % 50)
+	}
+	return v
 }
 
 // The reducer's fp16 compression: exactly representable gradients come back exact; others come
