@@ -39,6 +39,7 @@ var (
 	bigIters   = flag.Int("big-iters", 3, "allreduces of the 64 MiB buffer per batch")
 	midIters   = flag.Int("mid-iters", 50, "allreduces of the 1 MiB buffer per batch")
 	cpuProfile = flag.String("cpuprofile", "", "write rank 0's CPU profile of the timed rows to this file")
+	peer       = flag.String("peer", "", "instead of the table, time `make bench-peer`'s collectives at these sizes (e.g. 4K,1M,64M) and print them tab-separated")
 	only       = flag.String("only", "", "run only the rows whose description matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
 )
@@ -75,6 +76,17 @@ func main() {
 	comm, err := mpi.Open()
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *peer != "" {
+		sizes, err := parseSizes(*peer)
+		if err != nil {
+			log.Fatal(err)
+		}
+		runPeer(comm, sizes)
+		if err := comm.Close(); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	const big, mid, small = 64 << 20, 1 << 20, 4 << 10
 	one := func(n int) []horovod.NamedTensor {

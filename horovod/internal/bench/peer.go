@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"strconv"
+	"strings"
+
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/horovod/internal/rawmpi"
+	"github.com/gorovod/gorovod/horovod/mpi"
+)
+
+// peerCollectives are the rows of `make bench-peer`, in the order scripts/bench_peer prints
+// them; scripts/bench_peer/horovod_collectives.py times the same calls of Horovod's.
+var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast"}
+
+// parseSizes reads a comma-separated list of byte counts with an optional K or M suffix.
+func parseSizes(list string) ([]int, error) {
+	var sizes []int
+	for _, f := range strings.Split(list, ",") {
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "K"):
+			mult, f = 1<<10, strings.TrimSuffix(f, "K")
+		case strings.HasSuffix(f, "M"):
+			mult, f = 1<<20, strings.TrimSuffix(f, "M")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 || n*mult%4 != 0 {
+			return nil, fmt.Errorf("-peer: size %q: want a positive number of bytes, a multiple of 4, with K or M", f)
+		}
+		sizes = append(sizes, n*mult)
+	}
+	return sizes, nil
+}
+
+// peerIters is how many calls of size bytes one timed batch makes: about 64 MiB of them, at
+// least one and at most 300.
+func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
+
+// runPeer times, for every size, each of peerCollectives through gorovod's general API (one
+// tensor per call, a new result, as Horovod's TensorFlow ops return) and, where MPI has the
+// operation, raw MPI; rank 0 prints one tab-separated line per figure:
+// implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
+func runPeer(comm *mpi.Comm, sizes []int) {
+	type row struct {
+		impl, what string
+		size       int
+		secs       float64
+	}
+	var rows []row
+	var rank int
+	for _, size := range sizes {
+		iters := peerIters(size)
+		x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}
+		for _, what := range peerCollectives {
+			var raw float64
+			var err error
+			switch what {
+			case "allreduce_sum", "allreduce_average":
+				send, recv := make([]byte, size), make([]byte, size)
+				comm.Do(func() {
+					raw, err = rawmpi.TimeAllreduce(send, recv, horovod.Float32, what == "allreduce_average", *batches, iters)
+				})
+			case "allgather":
+				recv := make([]byte, size*comm.Topology().Size)
+				comm.Do(func() { raw, err = rawmpi.TimeAllgather(x.Data, recv, *batches, iters) })
+			case "broadcast":
+				buf := make([]byte, size)
+				comm.Do(func() { raw, err = rawmpi.TimeBroadcast(buf, *batches, iters) })
+			}
+			if err != nil {
+				log.Fatal(err)
+			}
+			if raw > 0 {
+				rows = append(rows, row{"mpi", what, size, raw})
+			}
+			hvd, err := horovod.Init(horovod.WithBackend(keepOpen{comm}))
+			if err != nil {
+				log.Fatal(err)
+			}
+			rank = hvd.Rank()
+			var call func() error
+			switch what {
+			case "allreduce_sum", "allreduce_average":
+				o := horovod.AllreduceOptions{Op: horovod.Sum}
+				if what == "allreduce_average" {
+					o.Op = horovod.Average
+				}
+				call = func() error { _, err := hvd.Allreduce("t", x, o); return err }
+			case "allreduce_average_fp16":
+				red, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
+				if err != nil {
+					log.Fatal(err)
+				}
+				grads := []horovod.NamedTensor{{Name: "t", Tensor: x}}
+				call = func() error { _, _, err := red.Reduce(grads); return err }
+			case "allgather":
+				call = func() error { _, err := hvd.Allgather("t", x); return err }
+			case "broadcast":
+				call = func() error { _, err := hvd.Broadcast("t", x, 0); return err }
+			}
+			rows = append(rows, row{"gorovod", what, size, timeCalls(hvd, iters, call)})
+			if err := hvd.Shutdown(); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	if rank == 0 {
+		for _, r := range rows {
+			fmt.Printf("%s\t%s\t%d\t%.9f\n", r.impl, r.what, r.size, r.secs)
+		}
+	}
+}

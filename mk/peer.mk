@@ -1,0 +1,54 @@
+# Peer benchmark: gorovod side by side with the real Horovod, built from source on this machine.
+#
+#   make bench-peer  builds Horovod $(PEER_HOROVOD_VERSION) (MPI only, TensorFlow, CPU operations over
+#                    MPI) against tensorflow-cpu $(PEER_TF_VERSION) in its own virtualenv under
+#                    .cache/peer (once: about 5 minutes on 2 cores; rebuilt when the pins change),
+#                    then prints in one run, for raw MPI, Horovod and gorovod: allreduce (Sum,
+#                    Average, Average with fp16 compression) from 4 KiB to 256 MiB, allgather and
+#                    broadcast, on 2 and 3 ranks (scripts/bench_peer: Horovod's side under mpirun,
+#                    and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer).
+#                    The fine-tuning throughput comparison is not in it yet.
+#
+# Not part of `make test` or `make bench`: it needs cmake, g++ and libopenmpi-dev, and the build
+# takes minutes. PEER_SIZES and PEER_RANKS narrow the run, e.g.
+# `make bench-peer PEER_SIZES=4K,1M PEER_RANKS=2`.
+
+PEER_HOROVOD_VERSION := 0.28.1
+# The newest TensorFlow Horovod 0.28.1 compiles against (its C++ ABI and op registration).
+PEER_TF_VERSION      := 2.13.1
+PEER_DIR             := $(CACHE)/peer
+PEER_VENV            := $(PEER_DIR)/venv-hvd$(PEER_HOROVOD_VERSION)-tf$(PEER_TF_VERSION)
+PEER_PY              := $(PEER_VENV)/bin/python
+PEER_RANKS           ?= 2 3
+PEER_SIZES           ?= 4K,64K,1M,16M,64M,256M
+PEER_MPIRUN          := timeout 1800 $(MPIRUN)
+
+.PHONY: bench-peer peer-horovod
+peer-horovod: $(PEER_VENV)/.stamp
+
+# Horovod's setup.py imports TensorFlow at build time, so it builds without isolation in a
+# virtualenv that already holds TensorFlow; cmake and a C++ compiler come from Debian.
+$(PEER_VENV)/.stamp: | debs
+	@command -v cmake >/dev/null && command -v g++ >/dev/null || { \
+	  echo "make peer-horovod: cmake and g++ are needed to build Horovod"; \
+	  echo "  hint: apt-get install cmake g++"; exit 1; }
+	@mkdir -p $(PEER_DIR)
+	test -x $(PEER_PY) || python3 -m venv $(PEER_VENV)
+	$(PEER_PY) -m pip install -q --disable-pip-version-check 'tensorflow-cpu==$(PEER_TF_VERSION)' 'wheel' 'setuptools<70' 'cloudpickle' 'psutil' 'pyyaml' 'packaging'
+	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+	  HOROVOD_WITHOUT_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI MAKEFLAGS=-j2 \
+	  $(PEER_PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-cache-dir \
+	  'horovod==$(PEER_HOROVOD_VERSION)'
+	$(PEER_PY) -c 'import horovod.tensorflow as hvd; assert hvd.mpi_built() and not hvd.gloo_built(), "Horovod built without MPI"'
+	@touch $@
+
+# Each side runs alone on the machine (gorovod's with raw MPI side by side, then Horovod's), per
+# job size; the table joins them.
+bench-peer: peer-horovod
+	@mkdir -p $(PEER_DIR)
+	cd $(ROOT) && $(GO) build -o $(PEER_DIR)/bench ./horovod/internal/bench
+	for np in $(PEER_RANKS); do \
+	  $(PEER_MPIRUN) -np $$np $(PEER_DIR)/bench -peer $(PEER_SIZES) > $(PEER_DIR)/gorovod-$$np.tsv; \
+	  $(PEER_MPIRUN) -np $$np $(PEER_PY) $(ROOT)/scripts/bench_peer/horovod_collectives.py $(PEER_SIZES) > $(PEER_DIR)/horovod-$$np.tsv; \
+	  $(PEER_PY) $(ROOT)/scripts/bench_peer/table.py $$np $(PEER_DIR)/gorovod-$$np.tsv $(PEER_DIR)/horovod-$$np.tsv; \
+	done

@@ -1,0 +1,82 @@
+"""Horovod's side of `make bench-peer`: the collectives gorovod's bench times with -peer.
+
+Run under mpirun with the peer virtualenv (Horovod built with MPI, TensorFlow):
+
+    mpirun -np 2 .cache/peer/venv-.../bin/python scripts/bench_peer/horovod_collectives.py 4K,1M,64M
+
+For every size (bytes per rank, float32): allreduce Sum, Average, Average with fp16 compression,
+allgather (every rank sends the size) and broadcast from rank 0, each through horovod.tensorflow
+in eager mode, one tensor per call, a new result per call. Timed as gorovod's bench times its
+calls: one warm-up call, then batches of calls each after a barrier; a batch's mean per call, the
+best batch, the slowest rank. Rank 0 prints tab-separated lines: horovod, collective, bytes,
+seconds per call.
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd  # noqa: E402
+
+COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast"]
+
+
+def parse_sizes(text):
+    sizes = []
+    for f in text.split(","):
+        mult = {"K": 1 << 10, "M": 1 << 20}.get(f[-1:], 1)
+        n = int(f[:-1] if mult > 1 else f) * mult
+        if n <= 0 or n % 4:
+            raise SystemExit(f"horovod_collectives.py: size {f!r}: want a positive multiple of 4 bytes, with K or M")
+        sizes.append(n)
+    return sizes
+
+
+def iters_for(size):
+    """About 64 MiB of calls per batch, as gorovod's bench makes them."""
+    return max(1, min(300, (64 << 20) // size))
+
+
+def timed(call, batches, iters):
+    call()
+    best = float("inf")
+    for _ in range(batches):
+        hvd.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            call()
+        best = min(best, (time.perf_counter() - start) / iters)
+    slowest = hvd.allreduce(tf.constant([best], tf.float64), op=hvd.Max, name="bench.time")
+    return float(slowest.numpy()[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sizes", help="comma-separated bytes per rank, with K or M (e.g. 4K,1M,64M)")
+    ap.add_argument("--batches", type=int, default=3)
+    args = ap.parse_args()
+    hvd.init()
+    rows = []
+    for size in parse_sizes(args.sizes):
+        x = tf.zeros([size // 4], tf.float32)
+        calls = {
+            "allreduce_sum": lambda: hvd.allreduce(x, op=hvd.Sum, name="t"),
+            "allreduce_average": lambda: hvd.allreduce(x, op=hvd.Average, name="t"),
+            "allreduce_average_fp16": lambda: hvd.allreduce(
+                x, op=hvd.Average, compression=hvd.Compression.fp16, name="t"),
+            "allgather": lambda: hvd.allgather(x, name="t"),
+            "broadcast": lambda: hvd.broadcast(x, 0, name="t"),
+        }
+        for what in COLLECTIVES:
+            rows.append((what, size, timed(calls[what], args.batches, iters_for(size))))
+    if hvd.rank() == 0:
+        for what, size, secs in rows:
+            print(f"horovod\t{what}\t{size}\t{secs:.9f}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

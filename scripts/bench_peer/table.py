@@ -1,0 +1,57 @@
+"""Prints `make bench-peer`'s side-by-side table from the tab-separated figures of both sides.
+
+    python3 table.py RANKS FILE...
+
+Each FILE holds lines `implementation<TAB>collective<TAB>bytes<TAB>seconds` (gorovod's bench with
+-peer prints raw MPI's and gorovod's, horovod_collectives.py Horovod's). Ratios are Horovod's time
+over gorovod's (above 1: gorovod faster) and gorovod's over raw MPI's (1: at the MPI limit).
+"""
+
+import sys
+
+
+def size_name(n):
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def dur(s):
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} us"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s:.2f} s"
+
+
+def main():
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    ranks = sys.argv[1]
+    figures = {}
+    order = []
+    for path in sys.argv[2:]:
+        with open(path) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) != 4:
+                    continue
+                impl, what, size, secs = parts[0], parts[1], int(parts[2]), float(parts[3])
+                if (what, size) not in order:
+                    order.append((what, size))
+                figures[impl, what, size] = secs
+    print(f"{ranks} ranks, float32, time per call (slowest rank's best batch)")
+    print(f"  {'collective':<24}{'size':>9}{'raw MPI':>11}{'Horovod':>11}{'gorovod':>11}"
+          f"{'Horovod/gorovod':>17}{'gorovod/MPI':>13}")
+    for what, size in sorted(order, key=lambda k: (k[1], order.index(k))):
+        raw, hv, go = (figures.get((impl, what, size)) for impl in ("mpi", "horovod", "gorovod"))
+        vs_hvd = f"{hv / go:.2f}" if hv and go else "-"
+        vs_mpi = f"{go / raw:.2f}" if raw and go else "-"
+        print(f"  {what:<24}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}{dur(go):>11}{vs_hvd:>17}{vs_mpi:>13}")
+
+
+if __name__ == "__main__":
+    main()
