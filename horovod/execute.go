@@ -253,10 +253,7 @@ func (c *controller) allreduce(batch []*response) error {
 	if in == nil || s.prescale != 1 {
 		parts := [][]byte{in}
 		if in == nil {
-			parts = make([][]byte, len(ops))
-			for i, o := range ops {
-				parts[i] = o.input
-			}
+			parts = partsOf(ops, func(o operand) []byte { return o.input })
 		}
 		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
 			parallel.Gather(buf, parts, c.h.workers)
@@ -271,10 +268,7 @@ func (c *controller) allreduce(batch []*response) error {
 	if out != nil {
 		scale(buf, s.dtype, post, c.h.workers)
 	} else {
-		parts := make([][]byte, len(ops))
-		for i, o := range ops {
-			parts[i] = o.output
-		}
+		parts := partsOf(ops, func(o operand) []byte { return o.output })
 		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
 			scale(buf, s.dtype, post, c.h.workers)
 			parallel.Scatter(parts, buf, c.h.workers)
@@ -312,6 +306,15 @@ func reducibleInto(ops []operand, out []byte) bool {
 		}
 	}
 	return true
+}
+
+// partsOf returns every operand's part, in order.
+func partsOf(ops []operand, part func(operand) []byte) [][]byte {
+	parts := make([][]byte, len(ops))
+	for i, o := range ops {
+		parts[i] = part(o)
+	}
+	return parts
 }
 
 // span returns every operand's part as one slice when the parts lie back to back, in order,
@@ -479,10 +482,7 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 		}
 		buf = c.fusion.buf[:total]
 		if c.rank == root {
-			parts := make([][]byte, len(ops))
-			for i, o := range ops {
-				parts[i] = o.input
-			}
+			parts := partsOf(ops, func(o operand) []byte { return o.input })
 			_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
 				parallel.Gather(buf, parts, c.h.workers)
 				return nil
@@ -493,10 +493,7 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 		return err
 	}
 	if !direct {
-		parts := make([][]byte, len(ops))
-		for i, o := range ops {
-			parts[i] = o.output
-		}
+		parts := partsOf(ops, func(o operand) []byte { return o.output })
 		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
 			parallel.Scatter(parts, buf, c.h.workers)
 			return nil
