@@ -16,7 +16,7 @@ static int world_rank = 0, world_size = 1;
 
 // The roll call of hvd_mpi_allgatherv (see mpi_shim.h): reached[r] is set once this rank knows
 // rank r has entered the allgather in progress, tracking while one is in progress. Written by the
-// MPI thread, read by any thread (hvd_mpi_reached), hence the atomics.
+// thread making MPI calls, read by any thread (hvd_mpi_reached), hence the atomics.
 static int *reached = NULL;
 static int tracking = 0;
 static MPI_Request *notes = NULL; // receives first, then sends
@@ -176,15 +176,16 @@ static int wait_round(MPI_Request *req, int nrecv, int sleep) {
 	int done = 0, err;
 	const int64_t spin_until = now_ns() + HVD_WAIT_SPIN_NS;
 	long pause = HVD_WAIT_FIRST_SLEEP_NS;
-#ifdef PR_SET_TIMERSLACK
-	// Linux's default 50 us timer slack would stretch the first 10 us sleeps sixfold. The slack
-	// is per thread, and horovod's loop may run on any of Go's threads: set it on this one.
-	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-#endif
 	for (;;) {
 		if ((err = test_round(req, nrecv, &done)) != MPI_SUCCESS) return err;
 		if (done) break;
 		if (!sleep || now_ns() < spin_until) continue;
+#ifdef PR_SET_TIMERSLACK
+		// Linux's default 50 us timer slack would stretch the first 10 us sleeps sixfold. The
+		// slack is per thread, and horovod's loop may run on any of Go's threads: set it on this
+		// one before its first sleep.
+		if (pause == HVD_WAIT_FIRST_SLEEP_NS) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
 		struct timespec ts = {0, pause};
 		nanosleep(&ts, NULL);
 		pause = pause * 2 < HVD_WAIT_MAX_SLEEP_NS ? pause * 2 : HVD_WAIT_MAX_SLEEP_NS;
