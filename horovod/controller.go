@@ -106,7 +106,7 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 
 // start runs the background loop and its watchdog; Init calls it once every rank is set up.
 func (c *controller) start() {
-	if p, ok := c.control.(backend.Pinned); ok {
+	if p, ok := c.control.(backend.ThreadBound); ok {
 		go p.Serve(c.loop) // MPI: the loop runs on the MPI thread itself
 	} else {
 		go c.loop()

@@ -154,10 +154,11 @@ type Backend interface {
 // afterwards and fails Init on all of them.
 type Opener func(control Backend) (Backend, error)
 
-// Pinned is implemented by a Backend whose calls must all be made from one OS thread, as MPI's
-// are from the thread that initialized it. horovod runs its background loop through Serve, so
-// the loop's calls are made on that thread directly instead of being handed over to it.
-type Pinned interface {
+// ThreadBound is implemented by a Backend whose calls must all be made from one OS thread, as
+// MPI's are from the thread that initialized it. horovod runs its background loop through Serve,
+// so the loop's calls are made on that thread directly instead of being handed over to it. (It
+// has nothing to do with pinned, page-locked memory: see HostAllocator.)
+type ThreadBound interface {
 	Backend
 	// Serve runs loop on the backend's thread and returns when loop returns. While loop runs,
 	// the backend must be called only from loop (Abort excepted).

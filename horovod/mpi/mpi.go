@@ -77,7 +77,7 @@ type Comm struct {
 	sleepingWait bool
 }
 
-var _ backend.Pinned = (*Comm)(nil)
+var _ backend.ThreadBound = (*Comm)(nil)
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator. It fails
 // if called a second time in the same process.
