@@ -9,11 +9,10 @@
 //	import _ "github.com/gorovod/gorovod/horovod/mpi"
 //
 // (package horovod links no MPI of its own); started by hand it is a job of size 1 that needs
-// no MPI. Every collective names its tensor; a background loop
-// (one per process, as Horovod's background thread) negotiates with the other ranks which named
-// operations every rank has submitted, checks that they agree on dtype, shape, op and root, fuses
-// ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes and runs them on the
-// backend. Agreement is cached, so a steady training loop exchanges a few bits per tensor per
+// no MPI. Every collective names its tensor; a background loop (one per process, as Horovod's
+// background thread) negotiates with the other ranks which named operations every rank has
+// submitted, checks that they agree on dtype, shape, op and root, fuses ready allreduces into
+// buffers of up to HOROVOD_FUSION_THRESHOLD bytes and runs them on the backend. Agreement is cached, so a steady training loop exchanges a few bits per tensor per
 // step. A disagreement fails the operation with the same error on every rank, naming the tensor
 // and the ranks; nothing hangs on it.
 //
@@ -65,10 +64,10 @@ var ErrShutdown = errors.New("horovod: shut down")
 
 // Init joins the job the launcher started this process in (OpenMPI's mpirun, or Slurm's srun with
 // an MPI that speaks PMI) through the registered MPI driver, or makes a job of size 1 when no
-// launcher did. Under a launcher, a program that imports no MPI driver gets a
-// *MissingDriverError. Options override the
-// HOROVOD_* environment. When some ranks fail to set up (open the data backend, create the
-// timeline), Init returns a *SetupError naming them on every rank and starts nothing.
+// launcher did; under a launcher, a program that imports no MPI driver gets a
+// *MissingDriverError. Options override the HOROVOD_* environment. When some ranks fail to set
+// up (open the data backend, create the timeline), Init returns a *SetupError naming them on
+// every rank and starts nothing.
 func Init(opts ...Option) (*Horovod, error) {
 	cfg, err := configFromEnv()
 	if err != nil {
