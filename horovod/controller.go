@@ -39,8 +39,9 @@ type controller struct {
 	fusion   arena // in the data backend's memory when it lends some (backend.HostAllocator)
 	timeline *timeline
 
-	busySince atomic.Int64 // unix ns when the current backend call began; 0 when none
-	busyWhat  atomic.Value // string: that call
+	busySince atomic.Int64  // unix ns when the current backend call began; 0 when none
+	busyWhat  atomic.Value  // string: that call
+	busyTotal time.Duration // time spent in backend calls so far (loop goroutine only)
 }
 
 func newController(h *Horovod, control, data backend.Backend) (*controller, error) {
@@ -240,15 +241,22 @@ func (c *controller) stop(err error) {
 	}
 }
 
+// negotiationRound is what the watchdog calls a blocked negotiation allgather.
+const negotiationRound = "negotiation allgather"
+
 // negotiationAllgatherv is the control backend's allgather, for exchange, under the watchdog's eye.
 func (c *controller) negotiationAllgatherv(send, recv []byte, counts []int) error {
-	return c.busy("negotiation allgather", func() error { return c.control.Allgatherv(send, recv, counts) })
+	return c.busy(negotiationRound, func() error { return c.control.Allgatherv(send, recv, counts) })
 }
 
 // busy runs one backend call under the watchdog's eye.
 func (c *controller) busy(what string, f func() error) error {
+	start := time.Now()
 	c.busyWhat.Store(what)
-	c.busySince.Store(time.Now().UnixNano())
-	defer c.busySince.Store(0)
+	c.busySince.Store(start.UnixNano())
+	defer func() {
+		c.busySince.Store(0)
+		c.busyTotal += time.Since(start)
+	}()
 	return f()
 }

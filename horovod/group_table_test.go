@@ -16,11 +16,11 @@ func grouped(name, group string, size int) *spec {
 func TestGroupTable(t *testing.T) {
 	now := time.Now()
 	tb := newMessageTable(3)
-	tb.add(0, grouped("x", "g1", 2), now)
-	tb.add(0, grouped("y", "g1", 2), now)
-	tb.add(1, grouped("x", "g1", 2), now)
-	tb.add(1, grouped("y", "g1", 2), now)
-	tb.add(2, grouped("x", "g1", 2), now)
+	tb.add(0, grouped("x", "g1", 2), now, 0)
+	tb.add(0, grouped("y", "g1", 2), now, 0)
+	tb.add(1, grouped("x", "g1", 2), now, 0)
+	tb.add(1, grouped("y", "g1", 2), now, 0)
+	tb.add(2, grouped("x", "g1", 2), now, 0)
 	g := newGroupTable(tb)
 	if g.complete("g1", 2) {
 		t.Error("g1 complete while rank 2 announced one member of 2")
@@ -31,10 +31,10 @@ func TestGroupTable(t *testing.T) {
 	}
 
 	tb = newMessageTable(2)
-	tb.add(0, grouped("x", "g2", 2), now)
-	tb.add(0, grouped("y", "g2", 2), now)
-	tb.add(1, grouped("x", "g2", 2), now)
-	tb.add(1, grouped("z", "g2", 2), now)
+	tb.add(0, grouped("x", "g2", 2), now, 0)
+	tb.add(0, grouped("y", "g2", 2), now, 0)
+	tb.add(1, grouped("x", "g2", 2), now, 0)
+	tb.add(1, grouped("z", "g2", 2), now, 0)
 	g = newGroupTable(tb)
 	if !g.complete("g2", 2) {
 		t.Error("g2 not complete with two members on each rank")

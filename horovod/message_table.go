@@ -9,6 +9,8 @@ import (
 type entry struct {
 	specs     []*spec // by rank; nil: not announced yet
 	firstSeen time.Time
+	// busyAtFirstSeen is the controller's busyTotal at firstSeen (see stallAge).
+	busyAtFirstSeen time.Duration
 }
 
 // messageTable is the negotiation table (Horovod's message table): the operations some rank has
@@ -27,11 +29,12 @@ func newMessageTable(size int) *messageTable {
 	return &messageTable{size: size, entries: map[string]*entry{}, joinedAt: slices.Repeat([]int{-1}, size)}
 }
 
-// add records rank r's announcement of s and reports whether s is new to the table.
-func (t *messageTable) add(r int, s *spec, now time.Time) (first bool) {
+// add records rank r's announcement of s and reports whether s is new to the table; a new entry
+// is stamped with now and busy, the time the loop has spent in backend calls so far.
+func (t *messageTable) add(r int, s *spec, now time.Time, busy time.Duration) (first bool) {
 	e := t.entries[s.name]
 	if e == nil {
-		e = &entry{specs: make([]*spec, t.size), firstSeen: now}
+		e = &entry{specs: make([]*spec, t.size), firstSeen: now, busyAtFirstSeen: busy}
 		t.entries[s.name] = e
 		t.order = append(t.order, s.name)
 		first = true

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Entries keep the order their names first appeared in, whichever rank announced them; settle
-// removes the answered ones.
+// Entries keep the order their names first appeared in, whichever rank announced them, and the
+// time and busy time of that first appearance; settle removes the answered ones.
 func TestMessageTable(t *testing.T) {
 	tb := newMessageTable(3)
 	t0 := time.Unix(100, 0)
@@ -16,7 +16,8 @@ func TestMessageTable(t *testing.T) {
 		name  string
 		first bool
 	}{{1, "b", true}, {0, "a", true}, {0, "b", false}, {2, "b", false}, {2, "c", true}} {
-		if first := tb.add(a.rank, allreduceSpec(a.name, 1), t0.Add(time.Duration(i)*time.Second)); first != a.first {
+		at, busy := t0.Add(time.Duration(i)*time.Second), time.Duration(i)*time.Millisecond
+		if first := tb.add(a.rank, allreduceSpec(a.name, 1), at, busy); first != a.first {
 			t.Errorf("add(rank %d, %s) first = %v", a.rank, a.name, first)
 		}
 	}
@@ -24,10 +25,10 @@ func TestMessageTable(t *testing.T) {
 		t.Errorf("order %v", tb.order)
 	}
 	b := tb.entries["b"]
-	if b.specs[0] == nil || b.specs[1] == nil || b.specs[2] == nil || !b.firstSeen.Equal(t0) {
+	if b.specs[0] == nil || b.specs[1] == nil || b.specs[2] == nil || !b.firstSeen.Equal(t0) || b.busyAtFirstSeen != 0 {
 		t.Errorf("entry b: %+v", b)
 	}
-	if e := tb.entries["a"]; e.specs[1] != nil || e.specs[2] != nil || !e.firstSeen.Equal(t0.Add(time.Second)) {
+	if e := tb.entries["a"]; e.specs[1] != nil || e.specs[2] != nil || !e.firstSeen.Equal(t0.Add(time.Second)) || e.busyAtFirstSeen != time.Millisecond {
 		t.Errorf("entry a: %+v", e)
 	}
 	tb.settle([]*response{{spec: b.specs[0]}}, []string{"a", "c"})

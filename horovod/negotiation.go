@@ -97,7 +97,7 @@ func (c *controller) addCached(r, id int, group string, size int, now time.Time)
 }
 
 func (c *controller) add(r int, s *spec, now time.Time) {
-	if c.table.add(r, s, now) {
+	if c.table.add(r, s, now, c.busyTotal) {
 		c.timeline.submitted(s.name, s.kind, now)
 	}
 	c.timeline.arrived(s.name, r, now)
