@@ -4,25 +4,133 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
-	"github.com/gorovod/gorovod/horovod/envconfig"
 )
 
 // Defaults, as in Horovod.
 const (
-	DefaultFusionThreshold = envconfig.DefaultFusionThreshold
-	DefaultCycleTime       = envconfig.DefaultCycleTime
-	DefaultStallCheckTime  = envconfig.DefaultStallCheckTime
-	DefaultCacheCapacity   = envconfig.DefaultCacheCapacity
+	DefaultFusionThreshold = 128 << 20
+	DefaultCycleTime       = time.Millisecond
+	DefaultStallCheckTime  = 60 * time.Second
+	DefaultCacheCapacity   = 1024
 )
 
-// config is what Init runs with: the HOROVOD_* environment, then Options on top.
+// The variables ReadSettings reads: Horovod's, then gorovod's own.
+const (
+	envFusionThreshold   = "HOROVOD_FUSION_THRESHOLD"
+	envCycleTime         = "HOROVOD_CYCLE_TIME"
+	envCacheCapacity     = "HOROVOD_CACHE_CAPACITY"
+	envTimeline          = "HOROVOD_TIMELINE"
+	envStallCheckDisable = "HOROVOD_STALL_CHECK_DISABLE"
+	envStallCheckTime    = "HOROVOD_STALL_CHECK_TIME_SECONDS"
+	envStallShutdownTime = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
+
+	// envMPIWait says how a rank waits in an allgather whose parts are all small (horovod's
+	// negotiation rounds), where the rank that arrives first waits for the slowest peer's train
+	// step to end: "sleep" (the default) tests the collective for 50 µs without pause, then sleeps
+	// between tests, 10 µs doubling to 0.5 ms, leaving the core to the peers' computation; "spin"
+	// is MPI's blocking call, which polls until the last peer arrives (for dedicated cores, or
+	// with mpirun's mpi_yield_when_idle). Every other collective is MPI's blocking call: horovod
+	// issues them once negotiation has established that every rank is there.
+	envMPIWait = "GOROVOD_MPI_WAIT"
+)
+
+var horovodVariables = map[string]bool{
+	envFusionThreshold: true, envCycleTime: true, envCacheCapacity: true, envTimeline: true,
+	envStallCheckDisable: true, envStallCheckTime: true, envStallShutdownTime: true,
+}
+
+// ReadsVariable reports whether name is one of the HOROVOD_* variables ReadSettings reads;
+// Horovod has others (HOROVOD_AUTOTUNE, ...) that gorovod does not act on.
+func ReadsVariable(name string) bool { return horovodVariables[name] }
+
+// Settings are horovod's environment (Horovod's HOROVOD_* variables and GOROVOD_MPI_WAIT), or
+// their defaults where unset.
+type Settings struct {
+	FusionThreshold int           // bytes; 0 disables fusion
+	CycleTime       time.Duration // longest wait before an idle negotiation round
+	CacheCapacity   int           // agreed signatures remembered; 0 disables the cache
+	Timeline        string        // Chrome trace path written by rank 0; "" for none
+	StallCheck      time.Duration // 0 disables the stall warning
+	StallShutdown   time.Duration // 0 never aborts
+	MPIWait         backend.Wait  // how a rank early in a negotiation round waits (GOROVOD_MPI_WAIT)
+}
+
+// ReadSettings reads the variables through lookup (os.LookupEnv, or the environment a launcher
+// gives its ranks: gorovodrun refuses with it, before it starts any rank, a value every rank's
+// Init would refuse). A malformed value is an error naming the variable and the value; with
+// several, the first in the order of Settings' fields.
+func ReadSettings(lookup func(string) (string, bool)) (Settings, error) {
+	s := Settings{
+		FusionThreshold: DefaultFusionThreshold,
+		CycleTime:       DefaultCycleTime,
+		CacheCapacity:   DefaultCacheCapacity,
+		StallCheck:      DefaultStallCheckTime,
+	}
+	s.Timeline, _ = lookup(envTimeline)
+	var err error
+	intVar := func(name string, dst *int) {
+		if v, ok := lookup(name); ok && err == nil {
+			n, e := strconv.Atoi(v)
+			if e != nil || n < 0 {
+				err = fmt.Errorf("horovod: %s=%q: want a non-negative integer", name, v)
+				return
+			}
+			*dst = n
+		}
+	}
+	durVar := func(name string, unit time.Duration, dst *time.Duration) {
+		if v, ok := lookup(name); ok && err == nil {
+			f, e := strconv.ParseFloat(v, 64)
+			// !(f >= 0) refuses NaN too; a duration past time.Duration's range (Inf) as well.
+			if e != nil || !(f >= 0) || f*float64(unit) >= math.MaxInt64 {
+				err = fmt.Errorf("horovod: %s=%q: want a non-negative number", name, v)
+				return
+			}
+			*dst = time.Duration(f * float64(unit))
+		}
+	}
+	intVar(envFusionThreshold, &s.FusionThreshold)
+	durVar(envCycleTime, time.Millisecond, &s.CycleTime)
+	intVar(envCacheCapacity, &s.CacheCapacity)
+	durVar(envStallCheckTime, time.Second, &s.StallCheck)
+	durVar(envStallShutdownTime, time.Second, &s.StallShutdown)
+	// Horovod disables the check when strtol reads a positive integer. A value it would read as
+	// 0 without being a number ("true", "false", "yes") is refused here rather than silently
+	// keeping the check on as Horovod does: whoever wrote "true" meant to disable it.
+	if v, ok := lookup(envStallCheckDisable); ok && v != "" && err == nil {
+		n, e := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if e != nil {
+			err = fmt.Errorf("horovod: %s=%q: want an integer (Horovod disables the stall check when it is positive, so 1; true or false are not read as such)", envStallCheckDisable, v)
+		} else if n > 0 {
+			s.StallCheck, s.StallShutdown = 0, 0
+		}
+	}
+	if v, _ := lookup(envMPIWait); err == nil {
+		switch v {
+		case "", "sleep":
+			s.MPIWait = backend.WaitSleep
+		case "spin":
+			s.MPIWait = backend.WaitSpin
+		default:
+			err = fmt.Errorf("horovod: %s=%q: want sleep or spin", envMPIWait, v)
+		}
+	}
+	if err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// config is what Init runs with: the environment's Settings, then Options on top.
 type config struct {
-	envconfig.Settings
+	Settings
 	logOutput io.Writer
 
 	control backend.Backend // nil: chosen from the launcher
@@ -53,53 +161,21 @@ func WithStallCheck(warn, shutdown time.Duration) Option {
 // WithLogOutput sends horovod's warnings somewhere other than standard error.
 func WithLogOutput(w io.Writer) Option { return func(c *config) { c.logOutput = w } }
 
-// WithBackend runs over b instead of the backend the launcher implies (MPI or local). horovod
-// takes ownership and closes it at Shutdown.
+// WithBackend runs over b instead of the backend the launcher implies (a registered driver, or
+// local). horovod takes ownership and closes it at Shutdown.
 func WithBackend(b backend.Backend) Option { return func(c *config) { c.control = b } }
 
 // WithDataBackend moves tensor collectives onto the backend open returns (NCCL, for one), while
 // negotiation stays on the control backend. open receives the control backend.
 func WithDataBackend(open backend.Opener) Option { return func(c *config) { c.data = open } }
 
-// configFromEnv reads the HOROVOD_* variables (and GOROVOD_MPI_WAIT) with package envconfig,
-// the parser gorovodrun checks them with before it launches; a malformed value is an error
-// naming the variable.
+// configFromEnv reads the process's environment with ReadSettings.
 func configFromEnv() (config, error) {
-	s, err := envconfig.Read(os.LookupEnv)
+	s, err := ReadSettings(os.LookupEnv)
 	if err != nil {
 		return config{}, err
 	}
 	return config{Settings: s, logOutput: os.Stderr}, nil
-}
-
-// launcher describes the process manager that started this process, if any.
-type launcher struct {
-	name       string // "mpirun", "srun", or "" when the process was started by hand
-	rank, size int
-}
-
-// detectLauncher reads OpenMPI's and Slurm's variables. OpenMPI's win: srun can start an mpirun.
-func detectLauncher() (launcher, error) {
-	read := func(name, rankVar, sizeVar string) (launcher, bool, error) {
-		rs, ok1 := os.LookupEnv(rankVar)
-		ss, ok2 := os.LookupEnv(sizeVar)
-		if !ok1 || !ok2 {
-			return launcher{}, false, nil
-		}
-		r, e1 := strconv.Atoi(rs)
-		s, e2 := strconv.Atoi(ss)
-		if e1 != nil || e2 != nil || s < 1 || r < 0 || r >= s {
-			return launcher{}, true, fmt.Errorf("horovod: %s=%q %s=%q: not a rank within a size", rankVar, rs, sizeVar, ss)
-		}
-		return launcher{name: name, rank: r, size: s}, true, nil
-	}
-	if l, ok, err := read("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"); ok {
-		return l, err
-	}
-	if l, ok, err := read("srun", "SLURM_PROCID", "SLURM_NTASKS"); ok {
-		return l, err
-	}
-	return launcher{}, nil
 }
 
 func newLogger(w io.Writer, rank int) *log.Logger {

@@ -141,8 +141,7 @@ func fusable(a, b *response) bool {
 func (c *controller) take(name string) *request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := c.inflight[name]
-	delete(c.inflight, name)
+	r := c.queue.take(name)
 	if r != nil {
 		c.executing = append(c.executing, r)
 	}

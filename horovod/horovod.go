@@ -3,12 +3,16 @@
 // (Reducer) that averages a train step's named gradients through fused, optionally fp16-compressed
 // allreduces.
 //
-// A process calls Init once. Under mpirun (or srun) it joins the job over MPI; started by hand it
-// is a job of size 1 that needs no MPI. Every collective names its tensor; a background loop
-// (one per process, as Horovod's background thread) negotiates with the other ranks which named
-// operations every rank has submitted, checks that they agree on dtype, shape, op and root, fuses
-// ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes and runs them on the
-// backend. Agreement is cached, so a steady training loop exchanges a few bits per tensor per
+// A process calls Init once. Under mpirun (or srun, or a PMI mpiexec) it joins the job over MPI,
+// whose backend registers itself when the program imports it,
+//
+//	import _ "github.com/gorovod/gorovod/horovod/mpi"
+//
+// (package horovod links no MPI of its own); started by hand it is a job of size 1 that needs
+// no MPI. Every collective names its tensor; a background loop (one per process, as Horovod's
+// background thread) negotiates with the other ranks which named operations every rank has
+// submitted, checks that they agree on dtype, shape, op and root, fuses ready allreduces into
+// buffers of up to HOROVOD_FUSION_THRESHOLD bytes and runs them on the backend. Agreement is cached, so a steady training loop exchanges a few bits per tensor per
 // step. A disagreement fails the operation with the same error on every rank, naming the tensor
 // and the ranks; nothing hangs on it.
 //
@@ -22,20 +26,20 @@
 //
 // Environment (Horovod's names): HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE,
 // HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, HOROVOD_STALL_CHECK_DISABLE,
-// HOROVOD_CACHE_CAPACITY; see README.md.
+// HOROVOD_CACHE_CAPACITY, and gorovod's GOROVOD_MPI_WAIT; see ReadSettings.
 package horovod
 
 import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/horovod/local"
-	"github.com/gorovod/gorovod/horovod/mpi"
 )
 
 // Horovod is an initialized process of a job. Its methods are safe for concurrent use.
@@ -59,9 +63,11 @@ type Horovod struct {
 var ErrShutdown = errors.New("horovod: shut down")
 
 // Init joins the job the launcher started this process in (OpenMPI's mpirun, or Slurm's srun with
-// an MPI that speaks PMI), or makes a job of size 1 when no launcher did. Options override the
-// HOROVOD_* environment. When some ranks fail to set up (open the data backend, create the
-// timeline), Init returns a *SetupError naming them on every rank and starts nothing.
+// an MPI that speaks PMI) through the registered MPI driver, or makes a job of size 1 when no
+// launcher did; under a launcher, a program that imports no MPI driver gets a
+// *MissingDriverError. Options override the HOROVOD_* environment. When some ranks fail to set
+// up (open the data backend, create the timeline), Init returns a *SetupError naming them on
+// every rank and starts nothing.
 func Init(opts ...Option) (*Horovod, error) {
 	cfg, err := configFromEnv()
 	if err != nil {
@@ -72,7 +78,7 @@ func Init(opts ...Option) (*Horovod, error) {
 	}
 	control := cfg.control
 	if control == nil {
-		if control, err = openLauncherBackend(); err != nil {
+		if control, err = openLauncherBackend(cfg.Settings); err != nil {
 			return nil, err
 		}
 	}
@@ -116,26 +122,37 @@ func setUp(h *Horovod, control backend.Backend) (backend.Backend, *controller, e
 	return data, ctl, err
 }
 
-// openLauncherBackend opens MPI when a launcher started more than one process, and checks that
-// MPI sees the job the launcher describes: an MPI without the launcher's support starts every
-// process as a job of its own, which would otherwise train N unsynchronized models.
-func openLauncherBackend() (backend.Backend, error) {
-	l, err := detectLauncher()
+// The driver a launcher's job is joined with, and the package that registers it.
+const (
+	mpiDriver = "mpi"
+	mpiImport = "github.com/gorovod/gorovod/horovod/mpi"
+)
+
+// openLauncherBackend opens the registered MPI driver when a launcher started more than one
+// process, and checks that MPI sees the job the launcher describes: an MPI without the
+// launcher's support starts every process as a job of its own, which would otherwise train N
+// unsynchronized models.
+func openLauncherBackend(s Settings) (backend.Backend, error) {
+	l, err := DetectLauncher(os.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
-	if l.size <= 1 {
+	if l.Size <= 1 {
 		return local.Backend{}, nil
 	}
-	comm, err := mpi.Open()
-	if err != nil {
-		return nil, fmt.Errorf("horovod: %s started %d processes but MPI failed to initialize: %w", l.name, l.size, err)
+	open, ok := backend.Lookup(mpiDriver)
+	if !ok {
+		return nil, &MissingDriverError{Launcher: l, Driver: mpiDriver, Import: mpiImport}
 	}
-	if t := comm.Topology(); t.Size != l.size || t.Rank != l.rank {
+	comm, err := open(backend.DriverConfig{Wait: s.MPIWait})
+	if err != nil {
+		return nil, fmt.Errorf("horovod: %s started %d processes but MPI failed to initialize: %w", l.Name, l.Size, err)
+	}
+	if t := comm.Topology(); t.Size != l.Size || t.Rank != l.Rank {
 		comm.Close()
 		return nil, fmt.Errorf("horovod: the %s variables say rank %d of %d but MPI sees rank %d of %d: "+
 			"start the processes with mpirun, or with srun and an MPI built with Slurm's PMI support",
-			l.name, l.rank, l.size, t.Rank, t.Size)
+			l.Name, l.Rank, l.Size, t.Rank, t.Size)
 	}
 	return comm, nil
 }

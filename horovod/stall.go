@@ -31,14 +31,14 @@ func (c *controller) inspectStalls(now time.Time) {
 	}
 	missing := map[int][]string{} // rank -> stalled operations it has not submitted
 	pastAbort := map[int]bool{}   // ranks missing an operation older than the shutdown time
-	for _, name := range c.order {
-		e := c.table[name]
+	for _, name := range c.table.order {
+		e := c.table.entries[name]
 		age := c.stallAge(e, now)
 		if age < threshold {
 			continue
 		}
 		for r, s := range e.specs {
-			if s == nil && c.joinedAt[r] < 0 {
+			if s == nil && !c.table.joined(r) {
 				missing[r] = append(missing[r], name)
 				if abort > 0 && age >= abort {
 					pastAbort[r] = true

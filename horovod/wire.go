@@ -225,3 +225,24 @@ func decodeMessage(b []byte) (*message, error) {
 	}
 	return m, d.err
 }
+
+func setBit(b []byte, i int) []byte {
+	for len(b) <= i/8 {
+		b = append(b, 0)
+	}
+	b[i/8] |= 1 << (i % 8)
+	return b
+}
+
+// bits yields the indices of the set bits of b, in increasing order.
+func bits(b []byte) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for i, x := range b {
+			for j := 0; j < 8; j++ {
+				if x&(1<<j) != 0 && !yield(i*8+j) {
+					return
+				}
+			}
+		}
+	}
+}

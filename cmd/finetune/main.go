@@ -7,7 +7,12 @@
 // the files prepared by `make setup`.
 package main
 
-import "os"
+import (
+	"os"
+
+	// Under mpirun, horovod.Init joins the job through the MPI driver this import registers.
+	_ "github.com/gorovod/gorovod/horovod/mpi"
+)
 
 func main() {
 	os.Exit(run(os.Args[1:]))

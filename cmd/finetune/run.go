@@ -97,23 +97,15 @@ func allreduceOptions(choice string) []horovod.Option {
 		// auto's fallback is one line; the explicit choice fails with every rank's full reason.
 		FullReasonHint: "--allreduce_backend=nccl reports why in full",
 	}
+	// A launcher environment that names no rank within a size fails horovod.Init itself.
+	l, _ := horovod.DetectLauncher(os.LookupEnv)
 	switch {
 	case choice == "nccl":
 		return []horovod.Option{horovod.WithDataBackend(ncclbackend.Opener(cfg))}
-	case choice == "auto" && launchedRanks() > 1:
+	case choice == "auto" && l.Size > 1:
 		return []horovod.Option{horovod.WithDataBackend(ncclbackend.AutoOpener(cfg))}
 	}
 	return nil
-}
-
-// launchedRanks is the job size the launcher announces (OpenMPI's or Slurm's), 1 without one.
-func launchedRanks() int {
-	for _, v := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"} {
-		if n, err := strconv.Atoi(os.Getenv(v)); err == nil {
-			return n
-		}
-	}
-	return 1
 }
 
 func (j *job) run() error {

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorovod/gorovod/horovod/envconfig"
+	"github.com/gorovod/gorovod/horovod"
 )
 
 // Variables forwarded to every rank with mpirun -x. mpirun starts its daemons on other machines
@@ -100,7 +100,7 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 			continue // the flag's value wins over the environment's
 		}
 		add(mpirunArg{"x:" + name, []string{"-x", name}})
-		if strings.HasPrefix(name, "HOROVOD_") && !envconfig.Reads(name) {
+		if strings.HasPrefix(name, "HOROVOD_") && !horovod.ReadsVariable(name) {
 			warnings = append(warnings, fmt.Sprintf("%s is forwarded, but gorovod's horovod package does not read it", name))
 		}
 	}
@@ -131,7 +131,7 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 // the ranks get: one message before the launch instead of one per rank after mpirun started them
 // all and, under the sigkill timeout, took its time to end the failed job.
 func checkForwardedValues(o options, env []string) error {
-	if _, err := envconfig.Read(rankLookup(o, env)); err != nil {
+	if _, err := horovod.ReadSettings(rankLookup(o, env)); err != nil {
 		return fmt.Errorf("%v (every rank would refuse it)", err)
 	}
 	return nil

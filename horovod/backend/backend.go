@@ -154,10 +154,11 @@ type Backend interface {
 // afterwards and fails Init on all of them.
 type Opener func(control Backend) (Backend, error)
 
-// Pinned is implemented by a Backend whose calls are otherwise handed over to a thread of its
-// own, as MPI's are to the thread that initialized it. horovod runs its background loop through
-// Serve, so the loop's calls are made directly instead of being handed over one by one.
-type Pinned interface {
+// ThreadBound is implemented by a Backend whose calls are otherwise handed over to a thread of
+// its own, as MPI's are to the thread that initialized it. horovod runs its background loop
+// through Serve, so the loop's calls are made directly instead of being handed over one by one.
+// (It has nothing to do with pinned, page-locked memory: see HostAllocator.)
+type ThreadBound interface {
 	Backend
 	// Serve runs loop and returns when loop returns; the backend's methods called from loop run
 	// in place. While loop runs, the backend must be called only from loop (Abort excepted).

@@ -33,7 +33,11 @@ func TestMain(m *testing.M) {
 	var err error
 	if underMPI() {
 		var comm *mpi.Comm
-		if comm, err = mpi.Open(); err == nil {
+		var settings horovod.Settings
+		if settings, err = horovod.ReadSettings(os.LookupEnv); err == nil {
+			comm, err = mpi.Open(backend.DriverConfig{Wait: settings.MPIWait})
+		}
+		if err == nil {
 			if err = rawReferences(comm); err == nil {
 				hvd, err = horovod.Init(horovod.WithBackend(comm))
 			}

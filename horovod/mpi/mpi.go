@@ -5,8 +5,15 @@
 // reductions go through custom MPI operators backed by package fp16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
-// them sleeping rather than polling, unless GOROVOD_MPI_WAIT says otherwise (package mpiwait): its
-// peers may still be computing on the cores its polling would take.
+// them sleeping rather than polling, unless it is opened with backend.WaitSpin
+// (GOROVOD_MPI_WAIT=spin, read by horovod): its peers may still be computing on the cores its
+// polling would take.
+//
+// Importing the package registers it with package backend as the "mpi" driver, which
+// horovod.Init opens under a launcher; package horovod does not import it, so a program that runs
+// under mpirun imports it, for its side effect if for nothing else:
+//
+//	import _ "github.com/gorovod/gorovod/horovod/mpi"
 //
 // The package links libmpi through pkg-config (Debian: libopenmpi-dev). A process opens the
 // backend at most once: MPI cannot be initialized again after it is finalized.
@@ -29,8 +36,17 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
-	"github.com/gorovod/gorovod/horovod/mpi/mpiwait"
 )
+
+func init() {
+	backend.Register("mpi", func(cfg backend.DriverConfig) (backend.Backend, error) {
+		c, err := Open(cfg)
+		if err != nil {
+			return nil, err // not a nil *Comm in a non-nil interface
+		}
+		return c, nil
+	})
+}
 
 // Error is an MPI call that failed, with MPI's own text for the code.
 type Error struct {
@@ -74,28 +90,24 @@ type Comm struct {
 	// serving is set while Serve runs a loop: that loop is then the only
 	// caller, and its calls run in place.
 	serving atomic.Bool
-	// sleepingWait: small allgathers wait sleeping (mpiwait.Env).
-	sleepingWait bool
+	// wait: how a rank early in a small allgather waits for its peers.
+	wait backend.Wait
 }
 
 var (
-	_ backend.Pinned   = (*Comm)(nil)
-	_ backend.RollCall = (*Comm)(nil)
+	_ backend.ThreadBound = (*Comm)(nil)
+	_ backend.RollCall    = (*Comm)(nil)
 )
 
-// Open initializes MPI on a new dedicated OS thread and returns the world communicator. It fails
-// if called a second time in the same process.
-func Open() (*Comm, error) {
+// Open initializes MPI on a new dedicated OS thread and returns the world communicator, whose
+// small allgathers wait as cfg says. It fails if called a second time in the same process.
+func Open(cfg backend.DriverConfig) (*Comm, error) {
 	first := false
 	opened.Do(func() { first = true })
 	if !first {
 		return nil, errors.New("mpi: Open called twice: MPI can be initialized once per process")
 	}
-	sleepingWait, err := mpiwait.FromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("mpi: %w", err)
-	}
-	c := &Comm{calls: make(chan func()), sleepingWait: sleepingWait}
+	c := &Comm{calls: make(chan func()), wait: cfg.Wait}
 	ready := make(chan error)
 	go c.serve(ready)
 	if err := <-ready; err != nil {
@@ -237,7 +249,8 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 
 // Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints). When every part
 // is at most SleepingWaitMaxPart bytes, a rank that arrives before its peers waits for them as
-// mpiwait.Env says. Its roll call tells Reached who has entered it.
+// the Comm was opened with (backend.DriverConfig.Wait). Its roll call tells Reached who has
+// entered it.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	if len(counts) != c.topo.Size {
 		return fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
@@ -264,7 +277,7 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 		sp = ptr(recv)
 	}
 	sleep := C.int(0)
-	if c.sleepingWait && largest <= SleepingWaitMaxPart {
+	if c.wait == backend.WaitSleep && largest <= SleepingWaitMaxPart {
 		sleep = 1
 	}
 	return c.call("MPI_Iallgatherv", func() C.int {

@@ -22,7 +22,7 @@ var comm *Comm
 func TestMain(m *testing.M) {
 	if os.Getenv("OMPI_COMM_WORLD_SIZE") != "" {
 		var err error
-		if comm, err = Open(); err != nil {
+		if comm, err = Open(backend.DriverConfig{}); err != nil {
 			panic(err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestMisuseIsAnErrorBeforeMPI(t *testing.T) {
 			t.Errorf("misuse gave %v", err)
 		}
 	}
-	if _, err := Open(); err == nil {
+	if _, err := Open(backend.DriverConfig{}); err == nil {
 		t.Error("a second Open succeeded")
 	}
 }
@@ -203,10 +203,10 @@ func TestAllgathervWithALatePeer(t *testing.T) {
 	if topo.Size < 2 {
 		t.Skip("needs a peer")
 	}
-	defer func(s bool) { comm.sleepingWait = s }(comm.sleepingWait)
+	defer func(w backend.Wait) { comm.wait = w }(comm.wait)
 	const late = 200 * time.Millisecond
-	for _, sleeping := range []bool{true, false} {
-		comm.sleepingWait = sleeping
+	for _, wait := range []backend.Wait{backend.WaitSleep, backend.WaitSpin} {
+		comm.wait = wait
 		for _, part := range []int{16, SleepingWaitMaxPart, SleepingWaitMaxPart + 1} {
 			counts := slices.Repeat([]int{part}, topo.Size)
 			var want []byte
@@ -224,15 +224,15 @@ func TestAllgathervWithALatePeer(t *testing.T) {
 			}
 			cpu, wall := threadCPU(t)-cpu0, time.Since(wall0)
 			if !bytes.Equal(recv, want) {
-				t.Fatalf("sleeping wait %v, parts of %d bytes: gathered the wrong bytes", sleeping, part)
+				t.Fatalf("wait %v, parts of %d bytes: gathered the wrong bytes", wait, part)
 			}
 			if topo.Rank == topo.Size-1 || wall < late/2 {
 				continue // not the one waiting (or the late rank was not late for this one)
 			}
-			t.Logf("sleeping wait %v, parts of %d bytes: waited %v using %v of CPU", sleeping, part, wall.Round(time.Millisecond), cpu.Round(time.Microsecond))
+			t.Logf("wait %v, parts of %d bytes: waited %v using %v of CPU", wait, part, wall.Round(time.Millisecond), cpu.Round(time.Microsecond))
 			// Polling takes all the CPU time the scheduler grants; the sleeping wait takes a few
 			// microseconds per test, at most 2 tests per millisecond once its sleeps reach 0.5 ms.
-			if sleeping && part <= SleepingWaitMaxPart && cpu > wall/4 {
+			if wait == backend.WaitSleep && part <= SleepingWaitMaxPart && cpu > wall/4 {
 				t.Errorf("parts of %d bytes: waiting %v for a late peer used %v of CPU: the wait polls", part, wall, cpu)
 			}
 		}

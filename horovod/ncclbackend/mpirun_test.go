@@ -25,7 +25,7 @@ func TestAgainstMPIUnderMpirun(t *testing.T) {
 	if os.Getenv("OMPI_COMM_WORLD_SIZE") == "" {
 		t.Skip("runs under mpirun (scripts/gpu-check.sh)")
 	}
-	ctl, err := mpi.Open()
+	ctl, err := mpi.Open(backend.DriverConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestSetupAgreementUnderMpirun(t *testing.T) {
 	if os.Getenv("GOROVOD_TEST_SETUP_AGREEMENT") == "" {
 		t.Skip("run under mpirun by make test-gpu-agreement")
 	}
-	ctl, err := mpi.Open()
+	ctl, err := mpi.Open(backend.DriverConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,11 @@ func rawAllreduce(size int, inPlace, average bool, iters *int) func() (float64, 
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
-	comm, err := mpi.Open()
+	settings, err := horovod.ReadSettings(os.LookupEnv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	comm, err := mpi.Open(backend.DriverConfig{Wait: settings.MPIWait})
 	if err != nil {
 		log.Fatal(err)
 	}

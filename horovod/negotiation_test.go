@@ -1,0 +1,59 @@
+package horovod
+
+import (
+	"slices"
+	"testing"
+)
+
+// A request whose signature the cache holds is announced by its slot, grouped requests by
+// group; others, and one whose signature changed, in full.
+func TestAnnounce(t *testing.T) {
+	rc := newResponseCache(8)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		rc.remember(allreduceSpec(n, 1))
+	}
+	req := func(s *spec) *request { return &request{spec: *s} }
+	m := announce(rc, []*request{
+		req(allreduceSpec("c", 1)),
+		req(grouped("d", "grp.2", 2)),
+		req(allreduceSpec("new", 1)),
+		req(allreduceSpec("a", 3)), // signature changed
+		req(grouped("b", "grp.2", 2)),
+		req(allreduceSpec("a", 1)),
+	}, false, true)
+	if m.shutdown || !m.joined {
+		t.Errorf("flags: shutdown %v joined %v", m.shutdown, m.joined)
+	}
+	if got := slices.Collect(bits(m.cached)); !slices.Equal(got, []int{0, 2}) {
+		t.Errorf("cached slots %v, want [0 2]", got)
+	}
+	if len(m.groups) != 1 || m.groups[0].group != "grp.2" || m.groups[0].size != 2 || !slices.Equal(slices.Collect(bits(m.groups[0].cached)), []int{1, 3}) {
+		t.Errorf("groups %+v", m.groups)
+	}
+	if len(m.specs) != 2 || m.specs[0].name != "new" || m.specs[1].name != "a" || m.specs[1].shape[0] != 3 {
+		t.Errorf("specs %+v", m.specs)
+	}
+}
+
+// Ranks that disagree get one error naming the field and each value's ranks; a joined rank
+// (nil spec) is left out, and an allgather's response has each rank's first dimension.
+func TestAgree(t *testing.T) {
+	a := allreduceSpec("w", 4)
+	b := allreduceSpec("w", 5)
+	resp := agree("w", &entry{specs: []*spec{a, b, nil, a}}, 4)
+	if resp.err == nil || resp.err.Reason != "mismatched shapes: [4] on ranks 0,3; [5] on rank 1" {
+		t.Errorf("shapes: %v", resp.err)
+	}
+	if resp := agree("w", &entry{specs: []*spec{a, nil, a}}, 3); resp.err != nil || resp.spec != a {
+		t.Errorf("agreeing ranks: %+v", resp)
+	}
+	g0 := &spec{name: "g", kind: kindAllgather, dtype: Int32, shape: []int{2, 3}}
+	g1 := &spec{name: "g", kind: kindAllgather, dtype: Int32, shape: []int{5, 3}}
+	if resp := agree("g", &entry{specs: []*spec{g0, nil, g1}}, 3); resp.err != nil || !slices.Equal(resp.firstDims, []int{2, 0, 5}) {
+		t.Errorf("allgather: %+v", resp)
+	}
+	root := &spec{name: "r", kind: kindBroadcast, dtype: Int32, shape: []int{1}, root: 1}
+	if resp := agree("r", &entry{specs: []*spec{root, nil}}, 2); resp.err == nil || resp.err.Reason != "root rank 1 has joined" {
+		t.Errorf("broadcast from a joined root: %+v", resp.err)
+	}
+}
