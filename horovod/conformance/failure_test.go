@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,16 @@ func TestChild(t *testing.T) {
 		t.Skip("run by the failure tests under mpirun")
 	}
 	x := tensor(backend.Float32, []int{1024}, make([]float64, 1024))
+	// stopNow stops this process before the calling goroutine goes on. A SIGSTOP sent to the
+	// process may be taken by another, sleeping thread, while this one returns and submits the
+	// next step, which the background loop, run on this very thread, then announces at once: the
+	// peers would wait in that step's allreduce instead of the negotiation round the tests expect.
+	// Sent to this thread, the stop takes effect before the system call returns.
+	stopNow := func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+	}
 	for i := 0; ; i++ {
 		if mode == "stop" && i == 10 {
 			return
@@ -38,7 +49,7 @@ func TestChild(t *testing.T) {
 			if err := cont.Start(); err != nil {
 				t.Fatal(err)
 			}
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			stopNow()
 		}
 		if hvd.Rank() == hvd.Size()-1 && i == 5 {
 			switch mode {
@@ -47,7 +58,7 @@ func TestChild(t *testing.T) {
 			case "skip": // alive, but never submits "step" again
 				select {}
 			case "freeze": // its background loop stops inside a collective
-				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				stopNow()
 			}
 		}
 		if _, err := hvd.Allreduce("step", x, horovod.AllreduceOptions{}); err != nil {
