@@ -55,6 +55,7 @@ type measurement struct {
 	what, target string
 	raw          func() (float64, error) // on the MPI thread, while no horovod instance runs
 	ours         func(*horovod.Horovod) float64
+	opts         []horovod.Option // horovod's Init options for the row
 }
 
 // rawAllreduce times MPI_Allreduce of a float32 buffer of size bytes: with MPI_IN_PLACE when
@@ -127,26 +128,30 @@ func main() {
 		}
 	}
 	ms := []measurement{
-		{"allreduce 64 MiB float32 sum, one tensor, out of place", "", rawAllreduce(big, false, false, bigIters), reducer(sum, bigOne, bigIters)},
-		{"  64 x 1 MiB from one flat buffer, fused, out of place", "  (target >= 0.95)", rawAllreduce(big, false, false, bigIters), reducer(sum, flat, bigIters)},
-		{"  64 x 1 MiB from one flat buffer, fused, InPlace", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(inPlace, flat, bigIters)},
-		{"  64 x 1 MiB allocated apart, via the fusion buffer (in place)", "", rawAllreduce(big, true, false, bigIters), reducer(sum, scattered, bigIters)},
-		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters)},
-		{"  64 x 1 MiB flat, InPlace, average deferred (finetune)", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(horovod.ReducerOptions{InPlace: true, DeferAverage: true}, flat, bigIters)},
-		{"  64 x 1 MiB flat, average, fp16 compression (in place)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters)},
-		{"allreduce 4 KiB float32 sum (latency), out of place", "", rawAllreduce(small, false, false, smallIters), reducer(sum, smallOne, smallIters)},
+		{"allreduce 64 MiB float32 sum, one tensor, out of place", "", rawAllreduce(big, false, false, bigIters), reducer(sum, bigOne, bigIters), nil},
+		{"  64 x 1 MiB from one flat buffer, fused, out of place", "  (target >= 0.95)", rawAllreduce(big, false, false, bigIters), reducer(sum, flat, bigIters), nil},
+		{"  64 x 1 MiB from one flat buffer, fused, InPlace", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(inPlace, flat, bigIters), nil},
+		{"  64 x 1 MiB allocated apart, via the fusion buffer (in place)", "", rawAllreduce(big, true, false, bigIters), reducer(sum, scattered, bigIters), nil},
+		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters), nil},
+		{"  64 x 1 MiB flat, InPlace, average deferred (finetune)", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(horovod.ReducerOptions{InPlace: true, DeferAverage: true}, flat, bigIters), nil},
+		{"  64 x 1 MiB flat, average, fp16 compression (in place)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters), nil},
+		{"allreduce 4 KiB float32 sum (latency), out of place", "", rawAllreduce(small, false, false, smallIters), reducer(sum, smallOne, smallIters), nil},
 		// The general API, one tensor per call, against MPI out of place (Allreduce returns a new
 		// tensor); Average against MPI's sum followed by the division.
-		{"Allreduce (one tensor, new result) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, false, smallIters)},
-		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, false, midIters)},
-		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, false, midIters)},
-		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, false, bigIters)},
-		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, false, bigIters)},
-		{"Allreduce (one tensor, into a reused Output) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, true, smallIters)},
-		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, true, midIters)},
-		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, true, midIters)},
-		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, true, bigIters)},
-		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, true, bigIters)},
+		{"Allreduce (one tensor, new result) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, false, smallIters), nil},
+		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, false, midIters), nil},
+		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, false, midIters), nil},
+		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, false, bigIters), nil},
+		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, false, bigIters), nil},
+		{"BroadcastVariables 1024 x 4 KiB, fused (raw: one 4 MiB MPI_Bcast)", "", rawBroadcast(4<<20, midIters), broadcastVariables(1024, 4<<10, midIters), nil},
+		{"  the same, one broadcast per variable (fusion off)", "", rawBroadcast(4<<20, midIters), broadcastVariables(1024, 4<<10, midIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
+		{"BroadcastVariables 256 x 64 KiB, fused (raw: one 16 MiB MPI_Bcast)", "", rawBroadcast(16<<20, midIters), broadcastVariables(256, 64<<10, midIters), nil},
+		{"  the same, one broadcast per variable (fusion off)", "", rawBroadcast(16<<20, midIters), broadcastVariables(256, 64<<10, midIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
+		{"Allreduce (one tensor, into a reused Output) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, true, smallIters), nil},
+		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, true, midIters), nil},
+		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, true, midIters), nil},
+		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, true, bigIters), nil},
+		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, true, bigIters), nil},
 	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -179,7 +184,7 @@ func main() {
 				log.Fatal(err)
 			}
 			raw[i] = min(raw[i], t)
-			hvd, err := horovod.Init(horovod.WithBackend(keepOpen{comm}))
+			hvd, err := horovod.Init(append([]horovod.Option{horovod.WithBackend(keepOpen{comm})}, m.opts...)...)
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -202,6 +207,24 @@ func main() {
 		fmt.Printf("  %-60s raw MPI %9s  horovod %9s  ratio %.2f%s\n", m.what, dur(raw[i]), dur(ours[i]), raw[i]/ours[i], m.target)
 	}
 	conversionRates()
+}
+
+// rawBroadcast times MPI_Bcast of size bytes from rank 0.
+func rawBroadcast(size int, iters *int) func() (float64, error) {
+	return func() (float64, error) { return rawmpi.TimeBroadcast(make([]byte, size), *batches, *iters) }
+}
+
+// broadcastVariables times BroadcastVariables from rank 0 of n float32 variables of size bytes,
+// each allocated on its own (the fused broadcast copies them through the fusion buffer).
+func broadcastVariables(n, size int, iters *int) func(*horovod.Horovod) float64 {
+	vars := make([]horovod.NamedTensor, n)
+	for i := range vars {
+		vars[i] = horovod.NamedTensor{Name: fmt.Sprintf("v%04d", i),
+			Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}}
+	}
+	return func(h *horovod.Horovod) float64 {
+		return timeCalls(h, *iters, func() error { return h.BroadcastVariables(vars, 0) })
+	}
 }
 
 // timeReducer times the reducer on grads with timeCalls.
