@@ -5,9 +5,11 @@
 #                       and once more with a 4 KiB fusion threshold and a 3-entry negotiation cache;
 #                       then a -np 2 job whose Init fails on rank 0 only must fail it on both ranks
 #   make test-multinode the same suites over two machines simulated on this one
-#                       (scripts/fake-nodes: one UTS namespace per host, TCP between them; needs
-#                       root) in 2+2, 2+1 and interleaved 2+2 layouts, checking local and cross
-#                       ranks against each rank's hostname, and a rank dying, stalling or
+#                       (scripts/fake-nodes: a network and a UTS namespace per host, veth pairs
+#                       through a bridge, 198.18.0.0/15 addresses, TCP between them; needs root)
+#                       in 2+2, 2+1, 1+1+1 and interleaved 2+2 layouts, checking local and cross
+#                       ranks against each rank's hostname and an allreduce's bytes against the
+#                       kernel's count on each host's interface, and a rank dying, stalling or
 #                       freezing alone on one machine; then finetune's GPU placement per
 #                       machine and a 2+2 training run equal to one rank with 4x the batch
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
@@ -19,6 +21,8 @@
 # the failure tests (dead, stalled, frozen rank), which launch their own mpirun.
 
 HVD_BUILD := $(CACHE)/horovod
+# ip, for scripts/fake-nodes' network namespaces.
+DEBS += iproute2
 # A broken rank must fail the run, not hang it: stalls abort after a minute, and each mpirun is
 # bounded as a last resort.
 HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
@@ -43,18 +47,19 @@ test-mpi: debs
 	HOROVOD_TIMELINE=$(HVD_BUILD)/missing/timeline.json GOROVOD_CONFORMANCE_INIT_FAILURE=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0 \
 		timeout 60 $(MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1 -test.v -test.run '^TestInitFailureReachesEveryRank$$'
 
-# Each job is bounded; the wrapper fails, saying why, where unshare is missing or not permitted.
+# Each job is bounded; the wrapper fails, saying why, where it cannot make network namespaces.
 HVD_FAKE_NODES := timeout -k 10 120 $(ROOT)/scripts/fake-nodes/mpirun.sh
 HVD_FAKE_NODES_ENV := -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60
 
 test-multinode: debs tflib
-	$(VENV)/bin/shellcheck $(ROOT)/scripts/fake-nodes/*.sh
+	$(VENV)/bin/shellcheck -x $(ROOT)/scripts/fake-nodes/*.sh
 	@mkdir -p $(HVD_BUILD)/multinode
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/multinode/mpi.test ./horovod/mpi
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/multinode/conformance.test ./horovod/conformance
 	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/mpi.test -test.count=1
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
+	$(HVD_FAKE_NODES) nodea:1,nodeb:1,nodec:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	# Ranks dealt round-robin: local rank is not rank modulo local size.
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 --map-by node $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	# The last rank, alone on nodeb, dies, stalls or freezes: the job must still end, with a message.

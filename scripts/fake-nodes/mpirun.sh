@@ -2,13 +2,16 @@
 # mpirun over simulated machines: `mpirun.sh LAYOUT [MPIRUN-ARGS] PROGRAM [ARGS]`, where LAYOUT is
 # HOST:SLOTS[,HOST:SLOTS...] (e.g. nodea:2,nodeb:2), runs one rank per slot, filling the hosts in
 # order (rank 0 on the first host; MPIRUN-ARGS follow the script's own, so --map-by node deals them
-# round-robin instead, but an --mca the script sets may not be repeated). Each host is a UTS
-# namespace started by rsh-agent.sh; all traffic stays on the loopback interface. The ranks find
-# LAYOUT in GOROVOD_FAKE_NODES, so tests can check what each rank sees against it. Nothing else of
-# this environment reaches the ranks: pass it with -x NAME, as between real machines. Fails, saying
-# why, where the namespaces cannot be made (no unshare, or not root), instead of running every rank
-# on one host. Bound it with timeout(1), which signals the whole process group (this shell, mpirun
-# and its daemons).
+# round-robin instead, but an --mca the script sets may not be repeated). Each host is a network
+# namespace and a UTS namespace of its own (netns.sh), wired to the others through a bridge with
+# addresses from 198.18.0.0/15: MPI's TCP traffic between hosts crosses veth interfaces, shared
+# memory stays within a host, and mpirun itself runs on the bridge's side, as on a login node.
+# The script makes the namespaces and removes them when the job ends, fails or is signalled.
+# The ranks find LAYOUT in GOROVOD_FAKE_NODES, so tests can check what each rank sees against it.
+# Nothing else of this environment reaches the ranks: pass it with -x NAME, as between real
+# machines. Fails, saying why, where the namespaces cannot be made (not root, no ip, no netns)
+# instead of running every rank on one host. Bound it with timeout(1), which signals the whole
+# process group (this shell, mpirun and its daemons).
 set -eu
 if [ $# -lt 2 ]; then
 	echo "usage: $0 HOST:SLOTS[,HOST:SLOTS...] [mpirun args] PROGRAM [args]" >&2
@@ -16,38 +19,39 @@ if [ $# -lt 2 ]; then
 fi
 layout=$1
 shift
-here=$(cd "$(dirname "$0")" && pwd)
-
-if ! command -v unshare >/dev/null 2>&1; then
-	echo "$0: unshare (util-linux) is missing: cannot simulate several machines" >&2
-	exit 1
-fi
-if ! err=$(unshare --uts true 2>&1); then
-	echo "$0: unshare --uts is not permitted here ($err): simulating several machines needs root (CAP_SYS_ADMIN)" >&2
-	exit 1
-fi
+FAKE_NODES_DIR=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=netns.sh source-path=SCRIPTDIR
+. "$FAKE_NODES_DIR/netns.sh"
+fake_nodes_check
 
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+prefix=gorovod-$$
+trap 'fake_nodes_down "$prefix"; rm -rf "$dir"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
 total=0
+hosts=
 old_ifs=$IFS
 IFS=,
 for node in $layout; do
 	host=${node%%:*}
 	slots=${node#*:}
 	case $host:$slots in
-	:* | *:*[!0-9]* | *: | *:0)
-		echo "$0: bad host $node in layout $layout: want HOST:SLOTS with SLOTS >= 1" >&2
+	:* | *:*[!0-9]* | *: | *:0 | *[!a-z0-9-]*:*)
+		echo "$0: bad host $node in layout $layout: want HOST:SLOTS, HOST of a-z, 0-9 and -, SLOTS >= 1" >&2
 		exit 2
 		;;
 	esac
 	echo "$host slots=$slots" >>"$dir/hostfile"
+	hosts="$hosts $host"
 	total=$((total + slots))
 done
 IFS=$old_ifs
 
-# Not exec: the trap removes the hostfile after the job.
-mpirun --hostfile "$dir/hostfile" -np "$total" --map-by slot --bind-to none \
-	--mca plm_rsh_agent "$here/rsh-agent.sh" \
-	--mca oob_tcp_if_include lo --mca btl_tcp_if_include lo --mca btl tcp,self,vader \
-	-x GOROVOD_FAKE_NODES="$layout" "$@"
+fake_nodes_reap
+# The host names are checked above: split on spaces, meant.
+# shellcheck disable=SC2086
+fake_nodes_up "$prefix" $hosts
+# Not exec: the trap removes the namespaces and the hostfile after the job.
+fake_nodes_mpirun "$prefix" "$dir/hostfile" "$total" -x GOROVOD_FAKE_NODES="$layout" "$@"
