@@ -16,6 +16,10 @@
 #                       conversion vs memcpy and vs github.com/x448/float16; then a Reducer step
 #                       over MiniLM's gradients and a 128 MiB copy on one goroutine and on this
 #                       rank's share of the cores, side by side
+#   make bench-network  the allreduce of MiniLM's gradients (float32 and fp16), 64 MiB and 4 KiB
+#                       against raw MPI_Allreduce over 2 and 4 simulated machines of one rank each,
+#                       their links shaped to 1 and 10 Gbit/s with 0.2 ms of delay
+#                       (scripts/fake-nodes/bench-network.sh; needs root; not part of make bench)
 #
 # go-test runs the same suites as a job of size 1, the in-process multi-rank controller tests, and
 # the failure tests (dead, stalled, frozen rank), which launch their own mpirun.
@@ -27,7 +31,7 @@ DEBS += iproute2
 # bounded as a last resort.
 HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
 
-.PHONY: test-mpi test-multinode bench-horovod
+.PHONY: test-mpi test-multinode bench-horovod bench-network
 TEST_TARGETS  += test-mpi test-multinode
 BENCH_TARGETS += bench-horovod
 
@@ -73,3 +77,8 @@ bench-horovod: debs
 	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep' -benchtime 10x ./horovod
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'Copy' -benchtime 10x ./horovod/internal/parallel
+
+bench-network: debs
+	@mkdir -p $(HVD_BUILD)
+	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
+	$(ROOT)/scripts/fake-nodes/bench-network.sh $(HVD_BUILD)/bench

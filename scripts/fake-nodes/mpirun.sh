@@ -7,6 +7,10 @@
 # addresses from 198.18.0.0/15: MPI's TCP traffic between hosts crosses veth interfaces, shared
 # memory stays within a host, and mpirun itself runs on the bridge's side, as on a login node.
 # The script makes the namespaces and removes them when the job ends, fails or is signalled.
+# With GOROVOD_FAKE_NODES_MBIT=N (and GOROVOD_FAKE_NODES_DELAY=0.2ms, say) each host's interface
+# sends at most N Mbit/s, each packet delayed (netns.sh's fake_nodes_shape). The namespaces of
+# the job are named after this script's process id: gorovod-PID-HOST (netns.sh), so a script that
+# started it in the background can act on a host's link while the job runs.
 # The ranks find LAYOUT in GOROVOD_FAKE_NODES, so tests can check what each rank sees against it.
 # Nothing else of this environment reaches the ranks: pass it with -x NAME, as between real
 # machines. Fails, saying why, where the namespaces cannot be made (not root, no ip, no netns)
@@ -53,5 +57,10 @@ fake_nodes_reap
 # The host names are checked above: split on spaces, meant.
 # shellcheck disable=SC2086
 fake_nodes_up "$prefix" $hosts
+if [ -n "${GOROVOD_FAKE_NODES_MBIT:-}" ]; then
+	for host in $hosts; do
+		fake_nodes_shape "$prefix" "$host" "$GOROVOD_FAKE_NODES_MBIT" "${GOROVOD_FAKE_NODES_DELAY:-}"
+	done
+fi
 # Not exec: the trap removes the namespaces and the hostfile after the job.
 fake_nodes_mpirun "$prefix" "$dir/hostfile" "$total" -x GOROVOD_FAKE_NODES="$layout" "$@"

@@ -107,3 +107,26 @@ fake_nodes_mpirun() {
 		--mca oob_tcp_if_include "$FAKE_NODES_CIDR" --mca btl_tcp_if_include "$FAKE_NODES_CIDR" \
 		--mca btl tcp,self,vader -x GOROVOD_FAKE_NODES_IF="$FAKE_NODES_IF" "$@"
 }
+
+# fake_nodes_shape PREFIX HOST MBIT [DELAY]: HOST's interface sends at most MBIT megabits per
+# second (tbf), each packet delayed by DELAY (netem, e.g. 0.2ms) where the kernel has netem; the
+# other direction is shaped on the other hosts. Says so on stderr where the delay cannot be added.
+fake_nodes_shape() {
+	ns=$1-$2 mbit=$3 delay=${4:-}
+	# The bucket holds a millisecond at the rate, and at least two 64 KiB segments (veth sends
+	# TCP segmentation-offloaded), so the rate, not the bucket, is the limit.
+	burst=$((mbit * 1000000 / 8 / 1000))
+	[ "$burst" -ge 131072 ] || burst=131072
+	tc -n "$ns" qdisc del dev "$FAKE_NODES_IF" root 2>/dev/null || true
+	parent=root
+	if [ -n "$delay" ]; then
+		if tc -n "$ns" qdisc add dev "$FAKE_NODES_IF" root handle 1: netem delay "$delay" limit 100000 2>/dev/null; then
+			parent="parent 1:"
+		else
+			echo "fake-nodes: no delay added on $2: this kernel has no netem (CONFIG_NET_SCH_NETEM)" >&2
+		fi
+	fi
+	# $parent is one word or two: split, meant.
+	# shellcheck disable=SC2086
+	tc -n "$ns" qdisc add dev "$FAKE_NODES_IF" $parent handle 2: tbf rate "${mbit}mbit" burst "$burst" latency 50ms
+}
