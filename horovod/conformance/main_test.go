@@ -28,10 +28,11 @@ var (
 // (the variables horovod's own launcher detection reads).
 func underMPI() bool { return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" || underSrun() }
 
-// underSrun tells whether srun started this process as a rank of its own (under mpirun inside
-// an allocation, the Slurm variables are the batch script's, and OpenMPI's are set).
+// underSrun tells whether srun --mpi=pmix started this process as a rank (under mpirun inside an
+// allocation the Slurm variables are the batch script's, and OpenMPI's are set; Slurm's
+// variables without a PMIx rank are TestLauncherAndMPIMustAgree's process).
 func underSrun() bool {
-	return os.Getenv("OMPI_COMM_WORLD_SIZE") == "" && os.Getenv("SLURM_PROCID") != "" && os.Getenv("SLURM_NTASKS") != ""
+	return os.Getenv("OMPI_COMM_WORLD_SIZE") == "" && os.Getenv("SLURM_PROCID") != "" && os.Getenv("PMIX_RANK") != ""
 }
 
 func TestMain(m *testing.M) {
