@@ -20,6 +20,11 @@
 #                       against raw MPI_Allreduce over 2 and 4 simulated machines of one rank each,
 #                       their links shaped to 1 and 10 Gbit/s with 0.2 ms of delay
 #                       (scripts/fake-nodes/bench-network.sh; needs root; not part of make bench)
+#   make network-faults finetune on 2 simulated machines while nodeb's link goes down for good,
+#                       goes down for 5 s, or loses 1% or 10% of its packets: how each job ends,
+#                       after how long, its checkpoint and resume, its weights against an
+#                       undisturbed run (scripts/fake-nodes/faults.sh; needs root; a report, not
+#                       a test)
 #
 # go-test runs the same suites as a job of size 1, the in-process multi-rank controller tests, and
 # the failure tests (dead, stalled, frozen rank), which launch their own mpirun.
@@ -31,7 +36,7 @@ DEBS += iproute2
 # bounded as a last resort.
 HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
 
-.PHONY: test-mpi test-multinode bench-horovod bench-network
+.PHONY: test-mpi test-multinode bench-horovod bench-network network-faults
 TEST_TARGETS  += test-mpi test-multinode
 BENCH_TARGETS += bench-horovod
 
@@ -82,3 +87,8 @@ bench-network: debs
 	@mkdir -p $(HVD_BUILD)
 	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
 	$(ROOT)/scripts/fake-nodes/bench-network.sh $(HVD_BUILD)/bench
+
+network-faults: debs tflib
+	command -v nft >/dev/null || $(MAKE) --no-print-directory debs DEBS=nftables
+	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/finetune ./cmd/finetune
+	PYTHON=$(PY) $(ROOT)/scripts/fake-nodes/faults.sh $(HVD_BUILD)/finetune $(CACHE)/model/tiny $(CACHE)/data/imdb $(HVD_BUILD)/faults

@@ -130,3 +130,23 @@ fake_nodes_shape() {
 	# shellcheck disable=SC2086
 	tc -n "$ns" qdisc add dev "$FAKE_NODES_IF" $parent handle 2: tbf rate "${mbit}mbit" burst "$burst" latency 50ms
 }
+
+# fake_nodes_link PREFIX HOST up|down: HOST's interface up or down (its cable plugged or pulled).
+fake_nodes_link() {
+	ip -n "$1-$2" link set "$FAKE_NODES_IF" "$3"
+}
+
+# fake_nodes_loss PREFIX HOST PERCENT: HOST drops PERCENT% of the packets it sends and of those it
+# receives on its interface, at random (nftables; netem's loss where the kernel lacks netem).
+# PERCENT 0 removes the rule.
+fake_nodes_loss() {
+	ns=/run/netns/$1-$2
+	nsenter --net="$ns" nft delete table inet gorovod_loss 2>/dev/null || true
+	[ "$3" -gt 0 ] || return 0
+	nsenter --net="$ns" nft -f - <<NFT
+table inet gorovod_loss {
+	chain out { type filter hook output priority 0; oifname "$FAKE_NODES_IF" numgen random mod 100 < $3 drop; }
+	chain in { type filter hook input priority 0; iifname "$FAKE_NODES_IF" numgen random mod 100 < $3 drop; }
+}
+NFT
+}
