@@ -30,31 +30,19 @@ fake_nodes_check
 
 dir=$(mktemp -d)
 prefix=gorovod-$$
-trap 'fake_nodes_down "$prefix"; rm -rf "$dir"' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+# shellcheck disable=SC2016 # expanded when the trap runs, meant
+fake_nodes_traps 'fake_nodes_down "$prefix"; rm -rf "$dir"'
+fake_nodes_layout "$layout" SLOTS >"$dir/layout"
 total=0
 hosts=
-old_ifs=$IFS
-IFS=,
-for node in $layout; do
-	host=${node%%:*}
-	slots=${node#*:}
-	case $host:$slots in
-	:* | *:*[!0-9]* | *: | *:0 | *[!a-z0-9-]*:*)
-		echo "$0: bad host $node in layout $layout: want HOST:SLOTS, HOST of a-z, 0-9 and -, SLOTS >= 1" >&2
-		exit 2
-		;;
-	esac
+while read -r host slots; do
 	echo "$host slots=$slots" >>"$dir/hostfile"
 	hosts="$hosts $host"
 	total=$((total + slots))
-done
-IFS=$old_ifs
+done <"$dir/layout"
 
 fake_nodes_reap
-# The host names are checked above: split on spaces, meant.
+# The host names are checked by fake_nodes_layout: split on spaces, meant.
 # shellcheck disable=SC2086
 fake_nodes_up "$prefix" $hosts
 if [ -n "${GOROVOD_FAKE_NODES_MBIT:-}" ]; then

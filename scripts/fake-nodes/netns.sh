@@ -35,6 +35,37 @@ fake_nodes_check() {
 	fi
 }
 
+# fake_nodes_layout LAYOUT WHAT: prints "HOST COUNT" for each HOST:COUNT of LAYOUT
+# (HOST:COUNT[,HOST:COUNT...]); fails, naming the entry, where a HOST is not of a-z, 0-9 and -, or
+# a COUNT (of WHAT: slots, CPUs) is not a number >= 1.
+fake_nodes_layout() {
+	old_ifs=$IFS
+	IFS=,
+	for node in $1; do
+		host=${node%%:*} count=${node#*:}
+		[ "$host" != "$node" ] || count=
+		case $host:$count in
+		:* | *:*[!0-9]* | *: | *:0 | *[!a-z0-9-]*:*)
+			echo "fake-nodes: bad host $node in layout $1: want HOST:$2, HOST of a-z, 0-9 and -, $2 >= 1" >&2
+			IFS=$old_ifs
+			return 2
+			;;
+		esac
+		echo "$host $count"
+	done
+	IFS=$old_ifs
+}
+
+# fake_nodes_traps CLEANUP: runs the command CLEANUP when the script exits, and makes TERM, INT
+# and HUP (timeout, Ctrl-C, a closed terminal) exit it.
+fake_nodes_traps() {
+	# shellcheck disable=SC2064 # expanded now, meant
+	trap "$1" EXIT
+	trap 'exit 143' TERM
+	trap 'exit 130' INT
+	trap 'exit 129' HUP
+}
+
 # fake_nodes_reap: deletes the namespaces of jobs whose process is gone (one killed with SIGKILL,
 # which no trap sees). A job's own prefix names its PID.
 fake_nodes_reap() {

@@ -45,31 +45,17 @@ cleanup() {
 	fake_nodes_down "$prefix"
 	rm -rf "$dir"
 }
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
-
+fake_nodes_traps cleanup
+fake_nodes_layout "$layout" CPUS >"$dir/layout"
 nodes=
 hosts=
 n=0
-old_ifs=$IFS
-IFS=,
-for node in $layout; do
-	host=${node%%:*}
-	cpus=${node#*:}
-	case $host:$cpus in
-	:* | *:*[!0-9]* | *: | *:0 | *[!a-z0-9-]*:*)
-		echo "$0: bad host $node in layout $layout: want HOST:CPUS, HOST of a-z, 0-9 and -, CPUS >= 1" >&2
-		exit 2
-		;;
-	esac
+while read -r host cpus; do
 	n=$((n + 1))
 	nodes="${nodes}NodeName=$host NodeAddr=$FAKE_NODES_SUBNET.$n CPUs=$cpus State=UNKNOWN
 "
 	hosts="$hosts $host"
-done
-IFS=$old_ifs
+done <"$dir/layout"
 node_list=$(echo "$hosts" | sed 's/^ //; s/ /,/g')
 
 mkdir -p "$dir/state" "$dir/shared"
@@ -126,7 +112,7 @@ done
 sh -c "$munged_cmd" "$dir" ctl
 
 fake_nodes_reap
-# The host names are checked above: split on spaces, meant.
+# The host names are checked by fake_nodes_layout: split on spaces, meant.
 # shellcheck disable=SC2086
 fake_nodes_up "$prefix" $hosts
 # The daemons fork into the background, each in its namespaces; their pid files are in $dir.
