@@ -74,7 +74,7 @@ test-multinode: debs tflib
 	# The last rank, alone on nodeb, dies, stalls or freezes: the job must still end, with a message.
 	GOROVOD_CONFORMANCE_LAUNCHER='$(ROOT)/scripts/fake-nodes/mpirun.sh nodea:2,nodeb:1' \
 		timeout 150 $(HVD_BUILD)/multinode/conformance.test -test.count=1 -test.run '^Test(DeadRank|StalledRank|FrozenRank)'
-	cd $(ROOT)/cmd/finetune && GOROVOD_TEST_FAKE_NODES=1 $(GO) test -count=1 -timeout 150s -run '^TestTwoMachines$$' .
+	cd $(ROOT)/cmd/finetune && GOROVOD_TEST_FAKE_NODES=1 $(GO) test -count=1 -timeout 300s -run '^TestTwoMachines$$' .
 
 bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)
