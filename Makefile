@@ -42,8 +42,8 @@ setup: debs venv tflib $(SETUP_TARGETS)
 # Debian packages: OpenMPI for the horovod MPI backend and mpirun; nodejs and npm for `make data`
 # (npm install), only when there is no npm command: a Node.js from elsewhere (NodeSource's, whose
 # nodejs package conflicts with Debian's npm) is used as it is. apt-get runs as root, or through
-# sudo for another user.
-DEBS := libopenmpi-dev openmpi-bin
+# sudo for another user. Areas add theirs to DEBS in mk/*.mk.
+DEBS += libopenmpi-dev openmpi-bin
 debs:
 	@need=""; \
 	dpkg -s $(DEBS) >/dev/null 2>&1 || need="$(DEBS)"; \

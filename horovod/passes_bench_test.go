@@ -2,9 +2,9 @@ package horovod
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
+	"github.com/gorovod/gorovod/horovod/internal/gradshapes"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/horovod/local"
 )
@@ -13,29 +13,10 @@ import (
 // two-label classifier head (22,713,986 float32, 91 MB), each allocated apart as a train
 // step's fetches are, with random values of a gradient's magnitude.
 func miniLMGradients() []NamedTensor {
-	const hidden, inner, layers = 384, 1536, 6
-	shapes := [][]int{{30522, hidden}, {512, hidden}, {2, hidden}, {hidden}, {hidden}}
-	for range layers {
-		for range 4 { // query, key, value, attention output
-			shapes = append(shapes, []int{hidden, hidden}, []int{hidden})
-		}
-		shapes = append(shapes, []int{hidden}, []int{hidden}, // attention LayerNorm
-			[]int{hidden, inner}, []int{inner}, []int{inner, hidden}, []int{hidden},
-			[]int{hidden}, []int{hidden}) // output LayerNorm
-	}
-	shapes = append(shapes, []int{hidden, hidden}, []int{hidden}, []int{2, hidden}, []int{2})
-	r := rand.New(rand.NewPCG(3, 4))
+	shapes := gradshapes.MiniLM()
 	grads := make([]NamedTensor, len(shapes))
-	for i, shape := range shapes {
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		v := make([]float32, n)
-		for j := range v {
-			v[j] = float32(r.NormFloat64() * 1e-3)
-		}
-		t, err := NewTensor(shape, v)
+	for i, v := range gradshapes.Random(shapes, 3) {
+		t, err := NewTensor(shapes[i], v)
 		if err != nil {
 			panic(err)
 		}

@@ -5,25 +5,38 @@
 #                       and once more with a 4 KiB fusion threshold and a 3-entry negotiation cache;
 #                       then a -np 2 job whose Init fails on rank 0 only must fail it on both ranks
 #   make test-multinode the same suites over two machines simulated on this one
-#                       (scripts/fake-nodes: one UTS namespace per host, TCP between them; needs
-#                       root) in 2+2, 2+1 and interleaved 2+2 layouts, checking local and cross
-#                       ranks against each rank's hostname, and a rank dying, stalling or
+#                       (scripts/fake-nodes: a network and a UTS namespace per host, veth pairs
+#                       through a bridge, 198.18.0.0/15 addresses, TCP between them; needs root)
+#                       in 2+2, 2+1, 1+1+1 and interleaved 2+2 layouts, checking local and cross
+#                       ranks against each rank's hostname and an allreduce's bytes against the
+#                       kernel's count on each host's interface, and a rank dying, stalling or
 #                       freezing alone on one machine; then finetune's GPU placement per
 #                       machine and a 2+2 training run equal to one rank with 4x the batch
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
 #                       conversion vs memcpy and vs github.com/x448/float16; then a Reducer step
 #                       over MiniLM's gradients and a 128 MiB copy on one goroutine and on this
 #                       rank's share of the cores, side by side
+#   make bench-network  the allreduce of MiniLM's gradients (float32 and fp16), 64 MiB and 4 KiB
+#                       against raw MPI_Allreduce over 2 and 4 simulated machines of one rank each,
+#                       their links shaped to 1 and 10 Gbit/s with 0.2 ms of delay
+#                       (scripts/fake-nodes/bench-network.sh; needs root; not part of make bench)
+#   make network-faults finetune on 2 simulated machines while nodeb's link goes down for good,
+#                       goes down for 5 s, or loses 1% or 10% of its packets: how each job ends,
+#                       after how long, its checkpoint and resume, its weights against an
+#                       undisturbed run (scripts/fake-nodes/faults.sh; needs root; a report, not
+#                       a test)
 #
 # go-test runs the same suites as a job of size 1, the in-process multi-rank controller tests, and
 # the failure tests (dead, stalled, frozen rank), which launch their own mpirun.
 
 HVD_BUILD := $(CACHE)/horovod
+# ip, for scripts/fake-nodes' network namespaces.
+DEBS += iproute2
 # A broken rank must fail the run, not hang it: stalls abort after a minute, and each mpirun is
 # bounded as a last resort.
 HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
 
-.PHONY: test-mpi test-multinode bench-horovod
+.PHONY: test-mpi test-multinode bench-horovod bench-network network-faults
 TEST_TARGETS  += test-mpi test-multinode
 BENCH_TARGETS += bench-horovod
 
@@ -43,24 +56,25 @@ test-mpi: debs
 	HOROVOD_TIMELINE=$(HVD_BUILD)/missing/timeline.json GOROVOD_CONFORMANCE_INIT_FAILURE=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0 \
 		timeout 60 $(MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1 -test.v -test.run '^TestInitFailureReachesEveryRank$$'
 
-# Each job is bounded; the wrapper fails, saying why, where unshare is missing or not permitted.
+# Each job is bounded; the wrapper fails, saying why, where it cannot make network namespaces.
 HVD_FAKE_NODES := timeout -k 10 120 $(ROOT)/scripts/fake-nodes/mpirun.sh
 HVD_FAKE_NODES_ENV := -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60
 
 test-multinode: debs tflib
-	$(VENV)/bin/shellcheck $(ROOT)/scripts/fake-nodes/*.sh
+	$(VENV)/bin/shellcheck -x $(ROOT)/scripts/fake-nodes/*.sh
 	@mkdir -p $(HVD_BUILD)/multinode
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/multinode/mpi.test ./horovod/mpi
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/multinode/conformance.test ./horovod/conformance
 	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/mpi.test -test.count=1
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
+	$(HVD_FAKE_NODES) nodea:1,nodeb:1,nodec:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	# Ranks dealt round-robin: local rank is not rank modulo local size.
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 --map-by node $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	# The last rank, alone on nodeb, dies, stalls or freezes: the job must still end, with a message.
 	GOROVOD_CONFORMANCE_LAUNCHER='$(ROOT)/scripts/fake-nodes/mpirun.sh nodea:2,nodeb:1' \
 		timeout 150 $(HVD_BUILD)/multinode/conformance.test -test.count=1 -test.run '^Test(DeadRank|StalledRank|FrozenRank)'
-	cd $(ROOT)/cmd/finetune && GOROVOD_TEST_FAKE_NODES=1 $(GO) test -count=1 -timeout 150s -run '^TestTwoMachines$$' .
+	cd $(ROOT)/cmd/finetune && GOROVOD_TEST_FAKE_NODES=1 $(GO) test -count=1 -timeout 300s -run '^TestTwoMachines$$' .
 
 bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)
@@ -68,3 +82,13 @@ bench-horovod: debs
 	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep' -benchtime 10x ./horovod
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'Copy' -benchtime 10x ./horovod/internal/parallel
+
+bench-network: debs
+	@mkdir -p $(HVD_BUILD)
+	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
+	$(ROOT)/scripts/fake-nodes/bench-network.sh $(HVD_BUILD)/bench
+
+network-faults: debs tflib
+	command -v nft >/dev/null || $(MAKE) --no-print-directory debs DEBS=nftables
+	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/finetune ./cmd/finetune
+	PYTHON=$(PY) $(ROOT)/scripts/fake-nodes/faults.sh $(HVD_BUILD)/finetune $(CACHE)/model/tiny $(CACHE)/data/imdb $(HVD_BUILD)/faults

@@ -24,7 +24,16 @@ var (
 	hosts []string
 )
 
-func underMPI() bool { return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" }
+// underMPI tells whether a launcher started this process as a rank: mpirun, or srun --mpi=pmix
+// (the variables horovod's own launcher detection reads).
+func underMPI() bool { return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" || underSrun() }
+
+// underSrun tells whether srun --mpi=pmix started this process as a rank (under mpirun inside an
+// allocation the Slurm variables are the batch script's, and OpenMPI's are set; Slurm's
+// variables without a PMIx rank are TestLauncherAndMPIMustAgree's process).
+func underSrun() bool {
+	return os.Getenv("OMPI_COMM_WORLD_SIZE") == "" && os.Getenv("SLURM_PROCID") != "" && os.Getenv("PMIX_RANK") != ""
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(initFailureEnv) != "" {

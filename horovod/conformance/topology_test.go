@@ -13,7 +13,7 @@ import (
 
 // Horovod's topology comes from MPI's view of the machines (the world split by shared memory,
 // then by local rank). The references are the hostname each rank sees, gathered with raw MPI,
-// and the launcher's variables. Under scripts/fake-nodes/mpirun.sh (make test-multinode) the
+// and the launcher's variables (OpenMPI's, or Slurm's under srun). Under scripts/fake-nodes/mpirun.sh (make test-multinode) the
 // hostnames must also be the simulated layout it announces in GOROVOD_FAKE_NODES (as many ranks
 // on each host as it has slots, in any order), so that a job that ran every rank on one host
 // cannot pass for a multi-machine one.
@@ -29,10 +29,19 @@ func TestTopologyMatchesLauncher(t *testing.T) {
 	if want := topologyOfHosts(hosts, hvd.Rank()); got != want {
 		t.Errorf("rank %d on host %s of %q: horovod says %+v, want %+v", hvd.Rank(), hosts[hvd.Rank()], hosts, got, want)
 	}
-	for v, got := range map[string]int{
+	launcherVars := map[string]int{
 		"OMPI_COMM_WORLD_RANK": hvd.Rank(), "OMPI_COMM_WORLD_SIZE": hvd.Size(),
 		"OMPI_COMM_WORLD_LOCAL_RANK": hvd.LocalRank(), "OMPI_COMM_WORLD_LOCAL_SIZE": hvd.LocalSize(),
-	} {
+	}
+	if underSrun() {
+		// Slurm's node index is the cross rank when the tasks are dealt in blocks (srun's default
+		// with -n and -N) and no node has more tasks than one before it, as in its layouts.
+		launcherVars = map[string]int{
+			"SLURM_PROCID": hvd.Rank(), "SLURM_NTASKS": hvd.Size(),
+			"SLURM_LOCALID": hvd.LocalRank(), "SLURM_NODEID": hvd.CrossRank(),
+		}
+	}
+	for v, got := range launcherVars {
 		if want, err := strconv.Atoi(os.Getenv(v)); err != nil || got != want {
 			t.Errorf("%s=%q but horovod says %d", v, os.Getenv(v), got)
 		}

@@ -1,0 +1,125 @@
+#!/bin/sh
+# Faults on the wire during training: `faults.sh FINETUNE MODEL DATA WORK [FAULT...]` trains MODEL
+# on DATA with 2 simulated machines of one rank each (mpirun.sh nodea:1,nodeb:1), once undisturbed
+# and once per FAULT, injected on nodeb's link once the checkpoint of step 4 exists:
+#   down      the link goes down for good
+#   flap      down for 5 s, then up again
+#   loss1     1% of nodeb's packets lost each way (loss10: 10%)
+# (all four by default). Each run is bounded (LIMIT seconds, 300 by default). For each it prints
+# how the job ended and after how long, the error lines that name a host or rank, and then either
+# the largest weight difference from the undisturbed run, or, for a job that failed, whether its
+# latest checkpoint is whole and a resumed run (no fault) finishes with the undisturbed weights.
+# With TCP_RETRIES2=N every machine of the job gives up on an unacknowledged TCP connection after
+# N retransmissions (net.ipv4.tcp_retries2, 15 by default: about 15 minutes), set as the fault
+# begins. Needs root (mpirun.sh) and nft (Debian's nftables) for the losses. WORK is emptied first.
+set -eu
+if [ $# -lt 4 ]; then
+	echo "usage: $0 FINETUNE MODEL DATA WORK [down|flap|loss1|loss10...]" >&2
+	exit 2
+fi
+finetune=$1 model=$2 data=$3 work=$4
+shift 4
+[ $# -gt 0 ] || set -- down flap loss1 loss10
+limit=${LIMIT:-300}
+here=$(cd "$(dirname "$0")" && pwd)
+FAKE_NODES_DIR=$here
+# shellcheck source=netns.sh source-path=SCRIPTDIR
+. "$here/netns.sh"
+python=${PYTHON:-python3}
+export TF_CPP_MIN_LOG_LEVEL=2
+rm -rf "$work"
+mkdir -p "$work"
+
+# train NAME: the training into $work/NAME, bounded; its output in $work/NAME.log. Runs in the
+# background: sets job (the process to wait for).
+train() {
+	timeout -k 10 "$limit" "$here/mpirun.sh" nodea:1,nodeb:1 -x TF_CPP_MIN_LOG_LEVEL=2 \
+		-x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 "$finetune" \
+		--saved_model="$model" --data_dir="$data" --output_dir="$work/$1" --max_seq_length=32 \
+		--threads=1 --inter_op_threads=1 --log_step_count_steps=64 --do_train --train_batch_size=4 \
+		--max_train_examples=4096 --num_train_epochs=1 --save_checkpoints_steps=16 --export_dir=none \
+		--seed=5 >>"$work/$1.log" 2>&1 &
+	job=$!
+}
+
+# checkpoint_whole DIR: the latest checkpoint of DIR has all its files, and TensorFlow reads it.
+checkpoint_whole() {
+	latest=$(sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$1/checkpoint")
+	for suffix in index data-00000-of-00001 input_position.json; do
+		[ -s "$1/$latest.$suffix" ] || {
+			echo "  latest checkpoint $latest lacks its .$suffix: CORRUPT"
+			return 1
+		}
+	done
+	"$python" "$here/../compare_checkpoints.py" "$1/$latest" "$1/$latest" >/dev/null || {
+		echo "  latest checkpoint $latest does not load: CORRUPT"
+		return 1
+	}
+	echo "  latest checkpoint $latest is whole (all files, loads)"
+}
+
+echo "== undisturbed run"
+train reference
+wait "$job" || {
+	echo "the undisturbed run failed:" >&2
+	cat "$work/reference.log" >&2
+	exit 1
+}
+grep 'trained steps' "$work/reference.log"
+
+for fault in "$@"; do
+	echo "== fault: $fault on nodeb's link, after the checkpoint of step 16"
+	train "$fault"
+	tries=0
+	until [ -e "$work/$fault/model.ckpt-16.index" ]; do
+		tries=$((tries + 1))
+		if [ "$tries" -gt $((limit * 2)) ] || ! kill -0 "$job" 2>/dev/null; then
+			echo "  no checkpoint of step 16: the run ended before the fault" >&2
+			cat "$work/$fault.log" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+	# mpirun.sh is timeout's child; its namespaces are named after it.
+	prefix=gorovod-$(pgrep -P "$job" -n)
+	if [ -n "${TCP_RETRIES2:-}" ]; then
+		for ns in "/run/netns/$prefix" "/run/netns/$prefix"-*; do
+			echo "$TCP_RETRIES2" | nsenter --net="$ns" tee /proc/sys/net/ipv4/tcp_retries2 >/dev/null
+		done
+	fi
+	start=$(date +%s)
+	case $fault in
+	down) fake_nodes_link "$prefix" nodeb down ;;
+	flap) fake_nodes_link "$prefix" nodeb down && sleep 5 && fake_nodes_link "$prefix" nodeb up ;;
+	loss*) fake_nodes_loss "$prefix" nodeb "${fault#loss}" ;;
+	*)
+		echo "$0: unknown fault $fault" >&2
+		exit 2
+		;;
+	esac
+	code=0
+	wait "$job" || code=$?
+	took=$(($(date +%s) - start))
+	if [ "$code" = 0 ]; then
+		echo "  finished (exit 0) $took s after the fault began"
+		grep 'trained steps' "$work/$fault.log" | sed 's/^/  /'
+		"$python" "$here/../compare_checkpoints.py" "$work/reference" "$work/$fault" | sed 's/^/  /'
+		continue
+	fi
+	if [ "$code" = 124 ] || [ "$code" = 137 ]; then
+		echo "  still running $took s after the fault: ended by the ${limit}s bound (exit $code)"
+	else
+		echo "  failed (exit $code) $took s after the fault began"
+	fi
+	grep -i -E 'error|unreachable|node|host|rank [0-9]' "$work/$fault.log" | grep -v -E 'examples|^step ' | head -n 8 | sed 's/^/  | /'
+	checkpoint_whole "$work/$fault"
+	echo "  resuming without the fault"
+	train "$fault"
+	if wait "$job"; then
+		grep 'trained steps' "$work/$fault.log" | tail -n 1 | sed 's/^/  /'
+		"$python" "$here/../compare_checkpoints.py" "$work/reference" "$work/$fault" | sed 's/^/  /'
+	else
+		echo "  the resumed run failed too" >&2
+		tail -n 20 "$work/$fault.log" >&2
+	fi
+done
