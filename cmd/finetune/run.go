@@ -237,6 +237,7 @@ func (j *job) prepare() error {
 			return err
 		}
 		j.ckpts.Warnf = j.console.infof
+		j.ckpts.Verify = tf.VerifyCheckpoint
 		// Rank 0 alone reads --init_checkpoint (and broadcasts it): its index is checked against
 		// the model now, before any rank spends minutes converting features for a run that
 		// would fail, or train from scratch, once it is read.
