@@ -34,3 +34,20 @@ func TestStopperLeavesNoGoroutine(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after 21 stoppers were closed", before, after)
 	}
 }
+
+// SIGUSR2, gorovodrun's Ctrl-C as mpirun forwards it, is an interrupt: the ranks exchange and
+// report it as SIGINT.
+func TestStopperTakesSIGUSR2AsAnInterrupt(t *testing.T) {
+	s := newStopper()
+	defer s.close()
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.requested() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := s.requested(); got != syscall.SIGINT {
+		t.Fatalf("requested() = %v after SIGUSR2, want interrupt", got)
+	}
+}

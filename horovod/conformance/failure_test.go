@@ -171,6 +171,8 @@ func TestStoppedRankIsNamed(t *testing.T) {
 					t.Errorf("rank %d did not name rank %d:\n%s", r, tc.stopped, out)
 				}
 			}
+			// The stopped rank, once it runs again, says that it was the one.
+			expectOutput(t, out, fmt.Sprintf("horovod[%d]: stall: this rank did not run for", tc.stopped))
 			if strings.Contains(out, "Missing ranks:") {
 				t.Errorf("a stall report blamed a rank for operations after the stopped one continued:\n%s", out)
 			}
