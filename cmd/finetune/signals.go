@@ -42,11 +42,17 @@ func (s *stopper) watch() {
 	case <-s.closed:
 		return
 	}
-	select {
-	case second := <-s.ch:
-		fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
-		os.Exit(exitCode(second))
-	case <-s.closed:
+	for {
+		select {
+		case second := <-s.ch:
+			if second == syscall.SIGUSR2 {
+				continue // gorovodrun's, repeated: its second Ctrl-C ends the job through mpirun
+			}
+			fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
+			os.Exit(exitCode(second))
+		case <-s.closed:
+			return
+		}
 	}
 }
 

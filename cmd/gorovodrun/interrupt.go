@@ -34,11 +34,13 @@ func launch(path string, argv, env []string, stderr io.Writer) int {
 	if !term.IsTerminal(int(os.Stdin.Fd())) {
 		cmd.Stdin = os.Stdin
 	}
-	// Pdeathsig: a gorovodrun killed outright (kill -9) takes the job with it, as when it was
-	// mpirun itself. Linux sends it when the thread that started the child ends, so that thread
-	// stays this goroutine's until gorovodrun exits.
+	// Pdeathsig: a gorovodrun killed outright (kill -9) stops the job as its Ctrl-C does. Linux
+	// sends it when the thread that started mpirun ends, so that thread stays this goroutine's;
+	// and again each time mpirun passes to another of gorovodrun's threads as they end, which is
+	// why it is stopSignal (mpirun forwards each, finetune acts on the first) and not SIGTERM (a
+	// second one makes mpirun exit at once, leaving its ranks running).
 	runtime.LockOSThread()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: stopSignal}
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)

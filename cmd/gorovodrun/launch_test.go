@@ -119,19 +119,7 @@ func TestLaunchCtrlC(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rank := `trap '` + tc.onStop + `' USR2; echo ready; while :; do sleep 0.1; done`
 			cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--sigkill-timeout", "1", "/bin/sh", "-c", rank)
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			lines := bufio.NewScanner(stdout)
-			for ready := 0; ready < 2; ready++ {
-				if !lines.Scan() || lines.Text() != "ready" {
-					t.Fatalf("want both ranks ready, got %q (%v)", lines.Text(), lines.Err())
-				}
-			}
+			lines := startReady(t, cmd)
 			for range tc.ctrlC {
 				if err := cmd.Process.Signal(os.Interrupt); err != nil {
 					t.Fatal(err)
@@ -142,7 +130,7 @@ func TestLaunchCtrlC(t *testing.T) {
 			for lines.Scan() {
 				saved = append(saved, lines.Text())
 			}
-			err = cmd.Wait()
+			err := cmd.Wait()
 			sort.Strings(saved)
 			if !reflect.DeepEqual(saved, tc.want) {
 				t.Errorf("ranks printed %q, want %q", saved, tc.want)
@@ -154,25 +142,13 @@ func TestLaunchCtrlC(t *testing.T) {
 	}
 }
 
-// gorovodrun killed outright (kill -9) takes its job with it: mpirun gets SIGTERM and ends the
-// ranks, as when gorovodrun was mpirun itself.
+// gorovodrun killed outright (kill -9) takes its job with it: mpirun gets SIGUSR2, its Ctrl-C,
+// which ends these ranks (they do not catch it).
 func TestLaunchKilledEndsTheJob(t *testing.T) {
 	requireMpirun(t)
 	marker := filepath.Join(t.TempDir(), "ranks")
 	cmd := gorovodrun(t, 60*time.Second, "-np", "2", "/bin/sh", "-c", `echo $$ >>`+marker+`; echo ready; while :; do sleep 0.1; done`)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
-	for ready := 0; ready < 2; ready++ {
-		if !lines.Scan() {
-			t.Fatalf("want both ranks ready: %v", lines.Err())
-		}
-	}
+	startReady(t, cmd)
 	cmd.Process.Kill()
 	cmd.Wait()
 	b, err := os.ReadFile(marker)
@@ -193,6 +169,26 @@ func TestLaunchKilledEndsTheJob(t *testing.T) {
 			t.Fatalf("%d rank(s) still run 20 s after gorovodrun was killed", alive)
 		}
 	}
+}
+
+// startReady starts cmd, whose 2 ranks each print "ready" first, and returns its standard
+// output once both have.
+func startReady(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	for ready := 0; ready < 2; ready++ {
+		if !lines.Scan() || lines.Text() != "ready" {
+			t.Fatalf("want both ranks ready, got %q (%v)", lines.Text(), lines.Err())
+		}
+	}
+	return lines
 }
 
 // Without Open MPI's mpirun on PATH, gorovodrun says so instead of running anything.
