@@ -111,13 +111,24 @@ func (c *controller) watchdog() {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	var warned int64
+	last := time.Now()
 	for {
 		select {
 		case <-c.stopped:
 			return
 		case <-tick.C:
 		}
+		// A tick that comes a stall-check time late: this process itself did not run (stopped by
+		// SIGSTOP, or starved). The call in progress waited for nobody but this rank, so say
+		// that instead of warning about it.
+		now := time.Now()
+		gap := now.Sub(last)
+		last = now
 		since := c.busySince.Load()
+		if warn > 0 && gap >= warn {
+			c.h.log.Printf("stall: this rank did not run for %v (stopped, or starved of CPU): the other ranks waited for it", gap.Round(time.Millisecond))
+			warned = since
+		}
 		if since == 0 {
 			continue
 		}

@@ -1,8 +1,9 @@
 # cmd/gorovodrun: horovodrun's MPI launcher for gorovod jobs, built next to bin/finetune.
 #
 #   make gorovodrun-bin  build bin/gorovodrun (make finetune-bin, and so make run, build it too)
-#   make test-launcher   bin/gorovodrun for real: local ranks, exit status, Ctrl-C with its
-#                        sigkill timeout, no or foreign mpirun, and ranks on two machines simulated
+#   make test-launcher   bin/gorovodrun for real: local ranks, exit status, Ctrl-C forwarded to
+#                        every rank at once, kill -9 of gorovodrun ending its job, no or foreign
+#                        mpirun, and ranks on two machines simulated
 #                        on this one (scripts/fake-nodes; needs root) seeing their hostnames and
 #                        the forwarded HOROVOD_* settings; then horovod's conformance suite under
 #                        bin/gorovodrun, -np 3 here and 2+2 on the simulated machines, where its

@@ -8,6 +8,8 @@ import "C"
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -124,4 +126,42 @@ func (r *CheckpointReader) Read(name string) (*Tensor, error) {
 		return nil, err
 	}
 	return adopt(c), nil
+}
+
+// VerifyCheckpoint reads every variable of the checkpoint prefix, as a restore would, and
+// reports the first that fails: a damaged checkpoint (a truncated data file, a checksum that
+// does not match) is found before a restore stops on it. The error names the damaged file.
+func VerifyCheckpoint(prefix string) error {
+	r, err := OpenCheckpoint(prefix)
+	if err != nil {
+		return fmt.Errorf("%s.index is damaged: %w", prefix, err)
+	}
+	defer r.Close()
+	for _, v := range r.vars {
+		t, err := r.Read(v.Name)
+		if err != nil {
+			return fmt.Errorf("%s is damaged: %w", dataFiles(prefix), err)
+		}
+		t.Close()
+	}
+	return nil
+}
+
+// dataFiles names the data files of the checkpoint prefix: the one shard when there is one
+// (prefix.data-00000-of-00001), else the pattern prefix.data-*.
+func dataFiles(prefix string) string {
+	entries, err := os.ReadDir(filepath.Dir(prefix))
+	if err != nil {
+		return prefix + ".data-*"
+	}
+	var shards []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), filepath.Base(prefix)+".data-") {
+			shards = append(shards, e.Name())
+		}
+	}
+	if len(shards) != 1 {
+		return prefix + ".data-*"
+	}
+	return filepath.Join(filepath.Dir(prefix), shards[0])
 }

@@ -85,6 +85,21 @@ func TestCheckpointErrors(t *testing.T) {
 		t.Errorf("read past the end of a truncated data file: %v", err)
 	}
 
+	// Verification finds the truncation before a restore would, naming the file; complete
+	// checkpoints (TF1 and TF2, with its object graph) pass it.
+	if err := VerifyCheckpoint(filepath.Join(bad, "truncated")); err == nil ||
+		!strings.Contains(err.Error(), filepath.Join(bad, "truncated.data-00000-of-00001")+" is damaged") {
+		t.Errorf("verifying a truncated checkpoint: %v", err)
+	}
+	for _, sound := range []string{"ckpt_tf1", "ckpt_tf2"} {
+		if err := VerifyCheckpoint(filepath.Join(dir, sound)); err != nil {
+			t.Errorf("verifying %s: %v", sound, err)
+		}
+	}
+	if err := VerifyCheckpoint(filepath.Join(bad, "junk")); err == nil || !strings.Contains(err.Error(), "junk.index is damaged") {
+		t.Errorf("verifying a corrupt index: %v", err)
+	}
+
 	r, err := OpenCheckpoint(filepath.Join(dir, "ckpt_tf1"))
 	if err != nil {
 		t.Fatal(err)

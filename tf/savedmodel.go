@@ -70,7 +70,7 @@ func LoadSavedModel(dir string, tags []string, opts *SessionOptions) (*SavedMode
 	c := C.TF_LoadSessionFromSavedModel(copts, nil, cdir, ptr(ctags), C.int(len(ctags)), graph.c, meta, st.c)
 	if err := st.err(context); err != nil {
 		graph.Close()
-		if hint := diagnoseSavedModel(dir); hint != "" {
+		if hint := diagnoseSavedModel(dir, err.(*Error).Code); hint != "" {
 			err.(*Error).Message += " (" + hint + ")"
 		}
 		return nil, err
@@ -88,8 +88,9 @@ func LoadSavedModel(dir string, tags []string, opts *SessionOptions) (*SavedMode
 }
 
 // diagnoseSavedModel says what TensorFlow's load error leaves out: that saved_model.pb is not
-// a SavedModel protobuf at all, or which tag sets it has. It runs only after a failed load.
-func diagnoseSavedModel(dir string) string {
+// a SavedModel protobuf at all, that its variables file is truncated, or, when no meta graph
+// matched the tags (code NOT_FOUND), which tag sets it has. It runs only after a failed load.
+func diagnoseSavedModel(dir string, code Code) string {
 	const savedModelMetaGraphs = 2
 	pb, err := os.ReadFile(filepath.Join(dir, "saved_model.pb"))
 	if err != nil {
@@ -98,6 +99,15 @@ func diagnoseSavedModel(dir string) string {
 	fs, err := fields(pb, "SavedModel")
 	if err != nil {
 		return "saved_model.pb is not a SavedModel protobuf: " + err.Error()
+	}
+	variables := filepath.Join(dir, "variables", "variables")
+	if _, err := os.Stat(variables + ".index"); err == nil {
+		if err := VerifyCheckpoint(variables); err != nil {
+			return err.Error()
+		}
+	}
+	if code != CodeNotFound {
+		return ""
 	}
 	var tagSets []string
 	for _, f := range fs {

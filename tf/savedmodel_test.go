@@ -165,15 +165,27 @@ func TestLoadSavedModelErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(truncated, "saved_model.pb"), pb[:len(pb)/2], 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A SavedModel whose variables file is cut short: the error names that file, and not the
+	// tag sets, which are fine.
+	damaged := filepath.Join(t.TempDir(), "damaged")
+	if err := os.CopyFS(damaged, os.DirFS(filepath.Join(dir, "tf2"))); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(damaged, "variables", "variables.data-00000-of-00001")
+	if st, err := os.Stat(data); err != nil || os.Truncate(data, st.Size()/2) != nil {
+		t.Fatalf("truncating %s: %v", data, err)
+	}
 	for _, tc := range []struct {
 		name, dir string
 		tags      []string
 		want      []string // all must appear in the message
+		not       string   // must not appear
 	}{
-		{"missing directory", filepath.Join(dir, "nope"), []string{"serve"}, []string{filepath.Join(dir, "nope"), "no such file"}},
-		{"wrong tag", filepath.Join(dir, "tf2"), []string{"train"}, []string{filepath.Join(dir, "tf2"), "train", "NOT_FOUND", "has tag sets [serve]"}},
-		{"corrupt saved_model.pb", corrupt, []string{"serve"}, []string{corrupt, "saved_model.pb is not a SavedModel protobuf"}},
-		{"truncated saved_model.pb", truncated, []string{"serve"}, []string{truncated, "saved_model.pb is not a SavedModel protobuf"}},
+		{"missing directory", filepath.Join(dir, "nope"), []string{"serve"}, []string{filepath.Join(dir, "nope"), "no such file"}, ""},
+		{"wrong tag", filepath.Join(dir, "tf2"), []string{"train"}, []string{filepath.Join(dir, "tf2"), "train", "NOT_FOUND", "has tag sets [serve]"}, ""},
+		{"corrupt saved_model.pb", corrupt, []string{"serve"}, []string{corrupt, "saved_model.pb is not a SavedModel protobuf"}, ""},
+		{"truncated saved_model.pb", truncated, []string{"serve"}, []string{truncated, "saved_model.pb is not a SavedModel protobuf"}, ""},
+		{"truncated variables", damaged, []string{"serve"}, []string{data + " is damaged", "OUT_OF_RANGE"}, "tag sets"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := LoadSavedModel(tc.dir, tc.tags, nil)
@@ -185,6 +197,9 @@ func TestLoadSavedModelErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+			if tc.not != "" && strings.Contains(err.Error(), tc.not) {
+				t.Errorf("error %q mentions %q", err, tc.not)
 			}
 		})
 	}

@@ -228,12 +228,14 @@ func lineReason(raw []byte, lineNo int) string {
 	case len(bytes.TrimSpace(raw)) == 0:
 		return "blank line"
 	case !utf8.Valid(raw):
-		return fmt.Sprintf("invalid UTF-8 at byte %d of the line", validPrefixLen(raw))
+		return fmt.Sprintf("invalid UTF-8 at byte %d of the line", ValidUTF8Prefix(raw))
 	}
 	return ""
 }
 
-func validPrefixLen(b []byte) int {
+// ValidUTF8Prefix is the length of the longest valid UTF-8 prefix of b: where its first invalid
+// byte is, for a message that names it.
+func ValidUTF8Prefix(b []byte) int {
 	n := 0
 	for n < len(b) {
 		r, size := utf8.DecodeRune(b[n:])

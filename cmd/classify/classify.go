@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -21,6 +23,7 @@ type config struct {
 	batchSize int
 	threads   int
 	header    bool
+	strict    bool
 	inputs    []string
 }
 
@@ -34,7 +37,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "classify: %v\n", err)
 		return 2
 	}
-	if err := classify(cfg, stdin, stdout); err != nil {
+	if err := classify(cfg, stdin, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "classify: %v\n", err)
 		return 1
 	}
@@ -54,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.batchSize, "batch_size", bertgraph.DefaultClassifierBatchSize, "texts per session run")
 	fs.IntVar(&cfg.threads, "threads", 0, "TensorFlow intra-op threads (0: TensorFlow's default, one per core)")
 	fs.BoolVar(&cfg.header, "header", false, "write a header row label<TAB>prob_<name>... before the first result")
+	fs.BoolVar(&cfg.strict, "strict", false, "fail on an input line that is not valid UTF-8 (default: warn, naming the line, and classify it without the invalid bytes)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -73,8 +77,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 }
 
 // classify opens every input first (a missing file fails before the model loads and before any
-// output), then streams the lines through the classifier one batch at a time.
-func classify(cfg *config, stdin io.Reader, stdout io.Writer) (err error) {
+// output), then streams the lines through the classifier one batch at a time. A line that is not
+// valid UTF-8 is named on stderr (the tokenizer drops the invalid bytes, as BERT's does), or
+// fails the run with --strict.
+func classify(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	inputs := make([]input, 0, len(cfg.inputs))
 	defer func() {
 		for _, in := range inputs {
@@ -126,6 +132,7 @@ func classify(cfg *config, stdin io.Reader, stdout io.Writer) (err error) {
 		batch, where = batch[:0], where[:0]
 		return nil
 	}
+	invalid := 0 // lines that are not valid UTF-8
 	for _, in := range inputs {
 		r := bufio.NewReader(in.r)
 		for line := 1; ; line++ {
@@ -137,6 +144,16 @@ func classify(cfg *config, stdin io.Reader, stdout io.Writer) (err error) {
 				break
 			}
 			text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
+			if !utf8.ValidString(text) {
+				at := position{in.name, line}
+				reason := fmt.Sprintf("invalid UTF-8 at byte %d of the line", features.ValidUTF8Prefix([]byte(text)))
+				if cfg.strict {
+					return fmt.Errorf("%s: %s (--strict)", at, reason)
+				}
+				if invalid++; invalid <= maxInvalidWarnings {
+					fmt.Fprintf(stderr, "classify: warning: %s: %s; classified without the invalid bytes (--strict fails instead)\n", at, reason)
+				}
+			}
 			batch = append(batch, text)
 			where = append(where, position{in.name, line})
 			if len(batch) == cfg.batchSize {
@@ -152,11 +169,17 @@ func classify(cfg *config, stdin io.Reader, stdout io.Writer) (err error) {
 	if err := flush(); err != nil {
 		return err
 	}
+	if invalid > maxInvalidWarnings {
+		fmt.Fprintf(stderr, "classify: warning: %d lines in all were not valid UTF-8 (the first %d named above)\n", invalid, maxInvalidWarnings)
+	}
 	if err := w.out.Flush(); err != nil {
 		return fmt.Errorf("writing the results: %w", err)
 	}
 	return nil
 }
+
+// maxInvalidWarnings bounds the lines named for invalid UTF-8; the rest are counted.
+const maxInvalidWarnings = 10
 
 type input struct {
 	name  string

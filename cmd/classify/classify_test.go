@@ -200,6 +200,23 @@ func TestEmptyInputWritesNothing(t *testing.T) {
 	}
 }
 
+// A line that is not valid UTF-8 is classified (without its invalid bytes, as the tokenizer
+// drops them) with a warning naming the file and line; with --strict it fails the run, naming
+// them, before any result is written.
+func TestInvalidUTF8LinesAreNamed(t *testing.T) {
+	in := "w1 w2\nw3 \xff w4\nw5\n"
+	code, out, stderr := classifyCmd(t, in, "--model", fixture.latest)
+	if code != 0 || !strings.Contains(stderr, "classify: warning: standard input:2: invalid UTF-8 at byte 3 of the line") {
+		t.Errorf("exit %d, stderr %q: want 0 and a warning naming line 2", code, stderr)
+	}
+	checkRows(t, out, reference(t, fixture.latest, []string{"w1 w2", "w3 \xff w4", "w5"}))
+
+	code, out, stderr = classifyCmd(t, in, "--model", fixture.latest, "--strict")
+	if code != 1 || out != "" || !strings.Contains(stderr, "classify: standard input:2: invalid UTF-8 at byte 3 of the line (--strict)") {
+		t.Errorf("--strict: exit %d, stdout %q, stderr %q: want 1, no result and an error naming line 2", code, out, stderr)
+	}
+}
+
 // Each bad input fails with a message that names what is wrong, and writes no result.
 func TestBadInputsAreNamed(t *testing.T) {
 	dir := t.TempDir()

@@ -382,7 +382,7 @@ func (c *Config) check() error {
 	}
 	finitePositive := func(name string, v float64) {
 		if !(v > 0) || math.IsInf(v, 0) {
-			bad("--%s %v must be a positive number", name, v)
+			bad("--%s %v must be a finite positive number", name, v)
 		}
 	}
 	if c.DoTrain {

@@ -58,6 +58,7 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_train", "--warmup_proportion=1.5"}, "--warmup_proportion 1.5"},
 		{[]string{"--do_train", "--train_batch_size=0"}, "--train_batch_size 0 must be positive"},
 		{[]string{"--do_train", "--learning_rate=-1"}, "--learning_rate -1"},
+		{[]string{"--do_train", "--num_train_epochs=inf"}, "--num_train_epochs +Inf must be a finite positive number"},
 		{[]string{"--do_eval", "--eval_batch_size=0"}, "--eval_batch_size 0"},
 		{[]string{"--do_predict", "--max_seq_length=2"}, "--max_seq_length 2"},
 		{[]string{"--do_train", "--keep_checkpoint_max=-1"}, "--keep_checkpoint_max -1"},

@@ -34,6 +34,7 @@ type job struct {
 	ckpts      *checkpoint.Manager // rank 0's checkpoints (nil on other ranks)
 	stop       *stopper
 	console    *console
+	bare       bool // run without arguments: the default task
 }
 
 // errInterrupted ends a run stopped by a signal: in the training loop after rank 0 wrote the
@@ -64,16 +65,16 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "finetune: %v\n", err)
 		return 1
 	}
-	j := &job{cfg: cfg, hvd: hvd, rank: hvd.Rank(), size: hvd.Size(), stop: stop, console: newConsole(hvd.Rank())}
+	j := &job{cfg: cfg, hvd: hvd, rank: hvd.Rank(), size: hvd.Size(), stop: stop, console: newConsole(hvd.Rank()), bare: len(args) == 0}
 	err = j.run()
-	if err != nil && len(args) == 0 && j.in == nil {
-		err = fmt.Errorf("%w\n(the default task runs at the repository root after `make setup data`)", err)
-	}
 	if serr := hvd.Shutdown(); serr != nil && err == nil && !errors.Is(serr, horovod.ErrShutdown) {
 		err = serr
 	}
 	var intr errInterrupted
+	var reported errReported
 	switch {
+	case errors.As(err, &reported):
+		return 1
 	case errors.As(err, &intr) && intr.during == "":
 		j.console.rankf("%v: exiting after the checkpoint of the last step", intr.sig)
 		return exitCode(intr.sig)
@@ -81,11 +82,25 @@ func run(args []string) int {
 		j.console.rankf("%v: stopped %s, exiting", intr.sig, intr.during)
 		return exitCode(intr.sig)
 	case err != nil:
-		j.console.errorf("%v", err)
+		j.console.errorf("%v", j.explain(err))
 		return 1
 	}
 	return 0
 }
+
+// explain adds to err, for a run without arguments that failed before its inputs were checked,
+// where the default task expects to run.
+func (j *job) explain(err error) error {
+	if j.bare && j.in == nil {
+		return fmt.Errorf("%w\n(the default task runs at the repository root after `make setup data`)", err)
+	}
+	return err
+}
+
+// errReported is an error the rank has already printed.
+type errReported struct{ error }
+
+func (e errReported) Unwrap() error { return e.error }
 
 // allreduceOptions selects horovod's data backend. Negotiation stays on MPI either way; with
 // NCCL, the gradients are staged to each rank's GPU and reduced there. auto, in a job of more
@@ -158,6 +173,10 @@ func (j *job) setup() error {
 	err := j.prepare()
 	status := int64(1) // 1 ready, 0 failed, -n signal n
 	if err != nil {
+		// Said now, before the ranks agree: once the others know, they exit, and mpirun ends
+		// the job, dropping what this rank writes afterwards.
+		j.console.errorf("%v", j.explain(err))
+		err = errReported{err}
 		status = 0
 	} else if sig := j.stop.requested(); sig != nil {
 		status = -int64(signalNumber(sig))
@@ -229,6 +248,7 @@ func (j *job) prepare() error {
 			return err
 		}
 		j.ckpts.Warnf = j.console.infof
+		j.ckpts.Verify = tf.VerifyCheckpoint
 		// Rank 0 alone reads --init_checkpoint (and broadcasts it): its index is checked against
 		// the model now, before any rank spends minutes converting features for a run that
 		// would fail, or train from scratch, once it is read.

@@ -12,7 +12,8 @@ import (
 // agree on it through the step's statistics allreduce, so that all of them stop after the same
 // step, rank 0 writes a checkpoint, and every rank exits on its own. A second signal exits at
 // once. SIGTERM matters as much as SIGINT: mpirun turns a Ctrl-C into SIGTERM for the ranks, and
-// schedulers preempt with it.
+// schedulers preempt with it. SIGUSR2 is gorovodrun's Ctrl-C, which mpirun forwards to every rank
+// at once: it is an interrupt, and reads as SIGINT from here on.
 type stopper struct {
 	sig    atomic.Value // os.Signal of the first request
 	ch     chan os.Signal
@@ -25,7 +26,7 @@ func newStopper() *stopper {
 	// A closed standard output (mpirun tearing down its forwarding) must not kill rank 0 in the
 	// middle of its last checkpoint: writes then fail with EPIPE instead.
 	signal.Ignore(syscall.SIGPIPE)
-	signal.Notify(s.ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(s.ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR2)
 	go s.watch()
 	return s
 }
@@ -34,15 +35,24 @@ func (s *stopper) watch() {
 	defer close(s.exited)
 	select {
 	case first := <-s.ch:
+		if first == syscall.SIGUSR2 {
+			first = syscall.SIGINT
+		}
 		s.sig.Store(first)
 	case <-s.closed:
 		return
 	}
-	select {
-	case second := <-s.ch:
-		fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
-		os.Exit(exitCode(second))
-	case <-s.closed:
+	for {
+		select {
+		case second := <-s.ch:
+			if second == syscall.SIGUSR2 {
+				continue // gorovodrun's, repeated: its second Ctrl-C ends the job through mpirun
+			}
+			fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
+			os.Exit(exitCode(second))
+		case <-s.closed:
+			return
+		}
 	}
 }
 

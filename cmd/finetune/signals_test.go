@@ -15,16 +15,7 @@ func TestStopperLeavesNoGoroutine(t *testing.T) {
 
 	// A caught signal is the stop request, and close still ends the watcher.
 	s := newStopper()
-	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.requested() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if got := s.requested(); got != syscall.SIGINT {
-		t.Fatalf("requested() = %v after SIGINT, want interrupt", got)
-	}
+	signalAndWait(t, s, syscall.SIGINT)
 	s.close()
 
 	for range 20 {
@@ -32,5 +23,28 @@ func TestStopperLeavesNoGoroutine(t *testing.T) {
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("%d goroutines before, %d after 21 stoppers were closed", before, after)
+	}
+}
+
+// SIGUSR2, gorovodrun's Ctrl-C as mpirun forwards it, is an interrupt: the ranks exchange and
+// report it as SIGINT.
+func TestStopperTakesSIGUSR2AsAnInterrupt(t *testing.T) {
+	s := newStopper()
+	defer s.close()
+	signalAndWait(t, s, syscall.SIGUSR2)
+}
+
+// signalAndWait sends this process sig and checks that s takes it as an interrupt.
+func signalAndWait(t *testing.T, s *stopper, sig syscall.Signal) {
+	t.Helper()
+	if err := syscall.Kill(syscall.Getpid(), sig); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.requested() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := s.requested(); got != syscall.SIGINT {
+		t.Fatalf("requested() = %v after %v, want interrupt", got, sig)
 	}
 }

@@ -2,14 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/cmd/finetune/internal/dirlock"
+	"github.com/gorovod/gorovod/horovod"
 )
 
 // Files that the exporter packages inside a training SavedModel (bertgraph/exporter/contract.py).
@@ -56,6 +60,7 @@ type inputs struct {
 	train, dev     string // data files, "" when not used
 	test           string
 	rankDir        string
+	lock           *dirlock.Lock // rank 0's hold on --output_dir, for the life of the process
 }
 
 // validate checks, before any work, that every file the run needs exists and fits the others:
@@ -164,6 +169,12 @@ func validate(c *Config, rank int) (*inputs, error) {
 	in.rankDir = rankOutputDir(c.OutputDir, rank)
 	if err := checkWritable(in.rankDir); err != nil {
 		bad(fmt.Errorf("--output_dir: %w", err))
+	} else if rank == 0 {
+		// Before anything is written there (opening the checkpoints removes what looks like
+		// an interrupted save, which another run's save in flight also looks like).
+		if in.lock, err = lockOutputDir(in.rankDir); err != nil {
+			bad(fmt.Errorf("--output_dir: %w", err))
+		}
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
@@ -184,6 +195,20 @@ func configDiff(a, b bertConfig) string {
 		}
 	}
 	return strings.Join(diffs, ", ")
+}
+
+// lockOutputDir holds dir for this run, so that a second run into it refuses to start, naming
+// this one (dirlock).
+func lockOutputDir(dir string) (*dirlock.Lock, error) {
+	host, _ := os.Hostname()
+	launcher, _ := horovod.DetectLauncher(os.LookupEnv) // a malformed launcher environment fails Init itself
+	holder := fmt.Sprintf("finetune, pid %d on %s, rank 0 of %d, started %s",
+		os.Getpid(), host, launcher.Size, time.Now().UTC().Format(time.DateTime+" UTC"))
+	l, err := dirlock.Acquire(dir, holder)
+	if errors.Is(err, dirlock.ErrHeld) {
+		return nil, fmt.Errorf("%w\n  wait for that run to end, or choose another --output_dir", err)
+	}
+	return l, err
 }
 
 // checkWritable creates dir if needed and proves that a file can be created in it.

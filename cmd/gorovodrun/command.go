@@ -56,9 +56,8 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 	add(mcaArg("pml", "ob1"))
 	// The openib transport is deprecated; where verbs devices exist it warns and can hang on fork.
 	add(mcaArg("btl", "^openib"))
-	// Ctrl-C: Open MPI sends every rank SIGTERM this many seconds later and SIGKILL as many again
-	// after that (its default is 1). finetune's rank 0 uses the time after SIGTERM to finish its
-	// step and write a checkpoint.
+	// A failed job: Open MPI sends the other ranks SIGTERM this many seconds later and SIGKILL as
+	// many again after that, and ends the job only then (DefaultSigkillTimeout).
 	add(mcaArg("odls_base_sigkill_timeout", strconv.Itoa(o.sigkillTimeout)))
 	if o.oversubscribe {
 		// More ranks than slots (or cores): right for one small machine, as the Makefile's

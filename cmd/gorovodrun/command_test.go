@@ -24,7 +24,7 @@ func TestCommandDefaults(t *testing.T) {
 	argv, warnings := mpirunCommand(o, env, false)
 	want := []string{"mpirun", "-np", "3", "-H", "localhost:3",
 		"--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
-		"--mca", "odls_base_sigkill_timeout", "10",
+		"--mca", "odls_base_sigkill_timeout", "1",
 		"-x", "GOROVOD_MPI_WAIT", "-x", "HOROVOD_CYCLE_TIME", "-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG",
 		"-x", "PATH", "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
 		"bin/finetune", "--do_train=true"}
@@ -89,7 +89,7 @@ func TestCommandMpiArgsReplace(t *testing.T) {
 		`--mca btl tcp,self,vader -mca btl_tcp_if_include lo,eth0 --map-by node -x NCCL_DEBUG=WARN -x "X=a b"`, "p")
 	argv, _ := mpirunCommand(o, []string{"NCCL_DEBUG=INFO", "PATH=/bin"}, false)
 	want := []string{"mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "--mca", "pml", "ob1",
-		"--mca", "odls_base_sigkill_timeout", "10", "-x", "NCCL_SOCKET_IFNAME=lo", "-x", "PATH",
+		"--mca", "odls_base_sigkill_timeout", "1", "-x", "NCCL_SOCKET_IFNAME=lo", "-x", "PATH",
 		"--mca", "btl", "tcp,self,vader", "-mca", "btl_tcp_if_include", "lo,eth0", "--map-by", "node",
 		"-x", "NCCL_DEBUG=WARN", "-x", "X=a b", "p"}
 	if !reflect.DeepEqual(argv, want) {

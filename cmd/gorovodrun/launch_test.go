@@ -102,53 +102,93 @@ func TestLaunchExitStatus(t *testing.T) {
 	}
 }
 
-// Ctrl-C on gorovodrun is Ctrl-C on mpirun: every rank gets SIGTERM after --sigkill-timeout
-// seconds and SIGKILL as many again later. A rank whose shutdown work fits in that time finishes
-// it (finetune's rank 0 writes its checkpoint so); one whose work does not is killed.
+// Ctrl-C on gorovodrun reaches every rank at once as SIGUSR2, whatever the sigkill timeout: a
+// rank whose stop takes longer than two sigkill timeouts (finetune's rank 0 writing its
+// checkpoint) finishes it, and the interrupted job exits 130 though its ranks exit 0. A second
+// Ctrl-C ends the job at once, whatever the ranks do with SIGUSR2.
 func TestLaunchCtrlC(t *testing.T) {
 	requireMpirun(t)
 	for _, tc := range []struct {
-		timeout, work string
-		saved         bool
+		name, onStop string
+		ctrlC        int
+		want         []string
 	}{
-		{timeout: "2", work: "0.5", saved: true},
-		{timeout: "1", work: "3", saved: false},
+		{"once", "sleep 3; echo saved $OMPI_COMM_WORLD_RANK; exit 0", 1, []string{"saved 0", "saved 1"}},
+		{"twice", "", 2, nil}, // the ranks ignore SIGUSR2
 	} {
-		rank := `trap 'sleep ` + tc.work + `; echo saved $OMPI_COMM_WORLD_RANK; exit 0' TERM; echo ready; while :; do sleep 0.1; done`
-		cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--sigkill-timeout", tc.timeout, "/bin/sh", "-c", rank)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(stdout)
-		for ready := 0; ready < 2; ready++ {
-			if !lines.Scan() || lines.Text() != "ready" {
-				t.Fatalf("want both ranks ready, got %q (%v)", lines.Text(), lines.Err())
+		t.Run(tc.name, func(t *testing.T) {
+			rank := `trap '` + tc.onStop + `' USR2; echo ready; while :; do sleep 0.1; done`
+			cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--sigkill-timeout", "1", "/bin/sh", "-c", rank)
+			lines := startReady(t, cmd)
+			for range tc.ctrlC {
+				if err := cmd.Process.Signal(os.Interrupt); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			var saved []string
+			for lines.Scan() {
+				saved = append(saved, lines.Text())
+			}
+			err := cmd.Wait()
+			sort.Strings(saved)
+			if !reflect.DeepEqual(saved, tc.want) {
+				t.Errorf("ranks printed %q, want %q", saved, tc.want)
+			}
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 || (tc.ctrlC == 1 && ee.ExitCode() != 130) {
+				t.Errorf("an interrupted job exited %v (want 130 after one Ctrl-C, non-zero after two)", err)
+			}
+		})
+	}
+}
+
+// gorovodrun killed outright (kill -9) takes its job with it: mpirun gets SIGUSR2, its Ctrl-C,
+// which ends these ranks (they do not catch it).
+func TestLaunchKilledEndsTheJob(t *testing.T) {
+	requireMpirun(t)
+	marker := filepath.Join(t.TempDir(), "ranks")
+	cmd := gorovodrun(t, 60*time.Second, "-np", "2", "/bin/sh", "-c", `echo $$ >>`+marker+`; echo ready; while :; do sleep 0.1; done`)
+	startReady(t, cmd)
+	cmd.Process.Kill()
+	cmd.Wait()
+	b, err := os.ReadFile(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		alive := 0
+		for _, pid := range strings.Fields(string(b)) {
+			if _, err := os.Stat("/proc/" + pid); err == nil {
+				alive++
 			}
 		}
-		if err := cmd.Process.Signal(os.Interrupt); err != nil {
-			t.Fatal(err)
+		if alive == 0 {
+			break
 		}
-		var saved []string
-		for lines.Scan() {
-			saved = append(saved, lines.Text())
-		}
-		err = cmd.Wait()
-		sort.Strings(saved)
-		want := []string(nil)
-		if tc.saved {
-			want = []string{"saved 0", "saved 1"}
-		}
-		if !reflect.DeepEqual(saved, want) {
-			t.Errorf("--sigkill-timeout %s, %s s of work: ranks printed %q, want %q", tc.timeout, tc.work, saved, want)
-		}
-		if err == nil {
-			t.Errorf("--sigkill-timeout %s: an interrupted job exited 0", tc.timeout)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rank(s) still run 20 s after gorovodrun was killed", alive)
 		}
 	}
+}
+
+// startReady starts cmd, whose 2 ranks each print "ready" first, and returns its standard
+// output once both have.
+func startReady(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	for ready := 0; ready < 2; ready++ {
+		if !lines.Scan() || lines.Text() != "ready" {
+			t.Fatalf("want both ranks ready, got %q (%v)", lines.Text(), lines.Err())
+		}
+	}
+	return lines
 }
 
 // Without Open MPI's mpirun on PATH, gorovodrun says so instead of running anything.

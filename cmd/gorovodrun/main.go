@@ -4,8 +4,9 @@
 //
 // It builds Open MPI's mpirun command line (no process binding, slots filled host by host, TCP and
 // shared-memory transports, ssh options, network interfaces, the HOROVOD_* tuning flags, the
-// environment every rank needs) and then becomes mpirun, so that mpirun's exit status is its own
-// and Ctrl-C reaches the ranks as with plain mpirun. --dry-run prints the command instead.
+// environment every rank needs) and runs it, exiting with mpirun's status. A Ctrl-C reaches every
+// rank at once as SIGUSR2, which finetune takes as an interrupt (see launch); a second one ends
+// the job. --dry-run prints the command instead.
 // gorovodrun --help lists the flags, and the horovodrun flags it refuses and why.
 package main
 
@@ -15,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 )
 
 func main() {
@@ -29,7 +29,7 @@ const (
 	exitNoMpirun   = 127 // no Open MPI mpirun on PATH
 )
 
-// run returns only when it does not become mpirun.
+// run returns gorovodrun's exit status.
 func run(args, env []string, stdout, stderr io.Writer) int {
 	o, err := parseArgs(args)
 	if err != nil {
@@ -60,9 +60,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	if o.verbose {
 		fmt.Fprintf(stderr, "gorovodrun: %s\n", shellLine(argv))
 	}
-	err = syscall.Exec(path, argv, env)
-	fmt.Fprintf(stderr, "gorovodrun: running %s: %v\n", path, err)
-	return exitCannotExec
+	return launch(path, argv, env, stderr)
 }
 
 // findOpenMPI finds mpirun on PATH and checks that it is Open MPI's, whose options gorovodrun

@@ -10,11 +10,12 @@ import (
 	"strings"
 )
 
-// DefaultSigkillTimeout is Open MPI's odls_base_sigkill_timeout for the job: on Ctrl-C mpirun
-// sends every rank SIGTERM after this many seconds and SIGKILL as many again later. finetune's
-// contract is that rank 0 finishes the step in flight and writes its checkpoint in that time
-// (mk/run.mk's FINETUNE_MPIRUN uses the same).
-const DefaultSigkillTimeout = 10
+// DefaultSigkillTimeout is Open MPI's odls_base_sigkill_timeout for the job, Open MPI's own
+// default: when a rank fails, mpirun sends the others SIGTERM after this many seconds and
+// SIGKILL as many again later, and waits that long, twice, before it ends a failed job even when
+// no rank is left. gorovodrun's Ctrl-C does not go through it (see launch): rank 0's checkpoint
+// needs no time here.
+const DefaultSigkillTimeout = 1
 
 // options is a parsed gorovodrun command line.
 type options struct {
@@ -119,7 +120,7 @@ var flagSpecs = []flagSpec{
 		o.oversubscribe = true
 		return nil
 	}},
-	{[]string{"--sigkill-timeout"}, "SECONDS", fmt.Sprintf("on Ctrl-C the ranks get SIGTERM after SECONDS and SIGKILL as many again later: time for rank 0's checkpoint (default %d); Open MPI takes as long to end a job after a rank fails", DefaultSigkillTimeout), func(o *options, v string) error {
+	{[]string{"--sigkill-timeout"}, "SECONDS", fmt.Sprintf("after a rank fails, the others get SIGTERM after SECONDS and SIGKILL as many again later; Open MPI takes twice SECONDS to end a failed job (default %d; Ctrl-C does not wait for it)", DefaultSigkillTimeout), func(o *options, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			return fmt.Errorf("want an integer >= 0")

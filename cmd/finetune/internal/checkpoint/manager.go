@@ -54,6 +54,10 @@ type Manager struct {
 	// Warnf receives the warning of Latest when it falls back to an older checkpoint;
 	// log.Printf when nil.
 	Warnf func(format string, args ...any)
+	// Verify, when set, checks a checkpoint whose files are all there before Latest returns it
+	// (tf.VerifyCheckpoint reads it as a restore would); Latest passes over one it rejects as
+	// damaged, as over one with files missing.
+	Verify func(prefix string) error
 }
 
 type entry struct {
@@ -123,24 +127,20 @@ func open(dir string, maxToKeep int, keepEveryNHours float64, now func() time.Ti
 
 // Latest returns the prefix (absolute or relative to the working directory, usable by a restore)
 // and global step of the newest checkpoint, or ok == false when the directory has none. When the
-// files of the state file's model_checkpoint_path are missing or incomplete, it falls back to
-// the newest checkpoint of all_model_checkpoint_paths whose files are all there, with a warning
-// through Warnf (the run then repeats the steps since); none complete is an error. After a fall
-// back, the manager's next saves treat that checkpoint as the latest.
+// files of the state file's model_checkpoint_path are missing, incomplete or damaged (Verify),
+// it falls back to the newest checkpoint of all_model_checkpoint_paths that is sound, with a
+// warning through Warnf naming what is wrong with each one passed over (the run then repeats
+// the steps since); none sound is an error. The damaged files are left as they are (a later
+// save of the same step replaces them). After a fall back, the manager's next saves treat that
+// checkpoint as the latest, and the state file lists the sound checkpoints only.
 func (m *Manager) Latest() (prefix string, step int64, ok bool, err error) {
-	rel, err := latest(m.dir, m.latestPrefixRel, m.relsOf(), m.Warnf)
+	rel, passed, err := latest(m.dir, m.latestPrefixRel, m.relsOf(), m.Warnf, m.Verify)
 	if err != nil || rel == "" {
 		return "", 0, false, err
 	}
 	if rel != m.latestPrefixRel {
 		m.latestPrefixRel = rel
-		complete := m.kept[:0]
-		for _, e := range m.kept {
-			if checkFiles(m.resolve(e.rel)) == nil {
-				complete = append(complete, e)
-			}
-		}
-		m.kept = complete
+		m.kept = slices.DeleteFunc(m.kept, func(e entry) bool { return passed[e.rel] || checkFiles(m.resolve(e.rel)) != nil })
 	}
 	return prefixStep(m.resolve(rel))
 }
@@ -164,36 +164,52 @@ func Latest(dir string) (prefix string, step int64, ok bool, err error) {
 	if err != nil {
 		return "", 0, false, err
 	}
-	rel, err := latest(dir, st.latest, st.all, nil)
+	rel, _, err := latest(dir, st.latest, st.all, nil, nil)
 	if err != nil || rel == "" {
 		return "", 0, false, err
 	}
 	return prefixStep(resolve(dir, rel))
 }
 
-// latest picks the state file's model_checkpoint_path rel when its files are complete, else the
-// newest complete one of all (oldest first), warning through warnf. It returns "" for none.
-func latest(dir, rel string, all []string, warnf func(string, ...any)) (string, error) {
+// latest picks the state file's model_checkpoint_path rel when it is sound (sound: checkFiles,
+// then verify when not nil), else the newest sound one of all (oldest first), warning through
+// warnf with what is wrong with each checkpoint passed over. It returns "" for none, and the
+// checkpoints passed over.
+func latest(dir, rel string, all []string, warnf func(string, ...any), verify func(string) error) (string, map[string]bool, error) {
 	if rel == "" {
-		return "", nil
+		return "", nil, nil
 	}
-	missing := checkFiles(resolve(dir, rel))
-	if missing == nil {
-		return rel, nil
+	sound := func(rel string) error {
+		p := resolve(dir, rel)
+		if err := checkFiles(p); err != nil || verify == nil {
+			return err
+		}
+		return verify(p)
 	}
+	problem := sound(rel)
+	if problem == nil {
+		return rel, nil, nil
+	}
+	passed := map[string]bool{rel: true}
+	problems := []string{fmt.Sprintf("%s: %v", rel, problem)}
 	for i := len(all) - 1; i >= 0; i-- {
-		if all[i] == rel || checkFiles(resolve(dir, all[i])) != nil {
+		if passed[all[i]] {
+			continue
+		}
+		if err := sound(all[i]); err != nil {
+			passed[all[i]] = true
+			problems = append(problems, fmt.Sprintf("%s: %v", all[i], err))
 			continue
 		}
 		if warnf == nil {
 			warnf = log.Printf
 		}
-		warnf("warning: %s names %s as the latest checkpoint, but %v; falling back to %s, the newest complete one it lists",
-			filepath.Join(dir, StateFile), rel, missing, all[i])
-		return all[i], nil
+		warnf("warning: %s names %s as the latest checkpoint, but it is incomplete or damaged; falling back to %s, the newest sound one it lists (the damaged files are left as they are):\n  %s",
+			filepath.Join(dir, StateFile), rel, all[i], strings.Join(problems, "\n  "))
+		return all[i], passed, nil
 	}
-	return "", fmt.Errorf("checkpoint: %s names %s, which is not readable (%w), and lists no other complete checkpoint",
-		filepath.Join(dir, StateFile), resolve(dir, rel), missing)
+	return "", nil, fmt.Errorf("checkpoint: %s names %s, which is not readable (%w), and lists no other sound checkpoint",
+		filepath.Join(dir, StateFile), resolve(dir, rel), problem)
 }
 
 // checkFiles reports the first missing file of the checkpoint prefix: its index, or one of the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -521,8 +522,49 @@ func TestLatestFallsBackToNewestCompleteCheckpoint(t *testing.T) {
 		os.Remove(filepath.Join(dir, "model.ckpt-"+s+".index"))
 	}
 	if _, _, _, err := Latest(dir); err == nil || !strings.Contains(err.Error(), "model.ckpt-30") ||
-		!strings.Contains(err.Error(), "no other complete checkpoint") {
+		!strings.Contains(err.Error(), "no other sound checkpoint") {
 		t.Fatalf("no complete checkpoint: err = %v", err)
+	}
+}
+
+// A latest checkpoint whose files are all there but that Verify rejects (a truncated data file)
+// is passed over like an incomplete one: the warning names each checkpoint passed over with
+// Verify's reason, and no file of theirs is deleted.
+func TestLatestPassesOverDamagedCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := Open(dir, 5, 0)
+	for _, step := range []int64{10, 20, 30} {
+		if _, err := m.Save(step, fakeSave("s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := filepath.Glob(filepath.Join(dir, "model.ckpt-*"))
+	m2, err := Open(dir, 5, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	m2.Warnf = func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
+	m2.Verify = func(prefix string) error {
+		if strings.HasSuffix(prefix, "-10") {
+			return nil
+		}
+		return fmt.Errorf("%s.data-00000-of-00001 is damaged", prefix)
+	}
+	prefix, step, ok, err := m2.Latest()
+	if err != nil || !ok || step != 10 || prefix != filepath.Join(dir, "model.ckpt-10") {
+		t.Fatalf("Manager.Latest = %q %d %v %v", prefix, step, ok, err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "model.ckpt-30.data-00000-of-00001 is damaged") ||
+		!strings.Contains(warnings[0], "model.ckpt-20.data-00000-of-00001 is damaged") || !strings.Contains(warnings[0], "falling back to model.ckpt-10") {
+		t.Fatalf("warnings %q", warnings)
+	}
+	after, _ := filepath.Glob(filepath.Join(dir, "model.ckpt-*"))
+	if !slices.Equal(before, after) {
+		t.Errorf("files before the fall back %v, after %v", before, after)
+	}
+	if got := m2.Kept(); !slices.Equal(got, []string{filepath.Join(dir, "model.ckpt-10")}) {
+		t.Errorf("kept after the fall back: %v", got)
 	}
 }
 
