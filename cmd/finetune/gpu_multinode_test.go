@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // fakeNodesEnv is set by `make test-multinode`, which runs the tests that simulate machines.

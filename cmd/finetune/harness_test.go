@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 var (

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // An --init_checkpoint that does not fit the model stops every rank at setup, before any

@@ -1,4 +1,4 @@
-// Package testenv gives finetune's tests the repository root and the project's Python, which
+// Package testenv gives the tests the repository root and the project's Python, which
 // they use as the independent reference (TensorFlow reads what Go wrote, and computes what Go
 // should have computed).
 package testenv
