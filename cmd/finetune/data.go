@@ -12,7 +12,7 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
+	"github.com/gorovod/gorovod/tf/atomicfile"
 )
 
 // firstLines stops a rank's Reader after the first limit data lines of the file (all ranks'

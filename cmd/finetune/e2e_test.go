@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 	"github.com/gorovod/gorovod/tf/testenv"
 )
 

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // positionSuffix names the file beside a checkpoint's index and data shards that records where

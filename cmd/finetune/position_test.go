@@ -9,8 +9,8 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // writeRecords writes n training records whose first input id is their number.

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // shareChunk bounds one broadcast of checkpoint bytes (and the memory it needs).

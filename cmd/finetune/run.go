@@ -15,12 +15,12 @@ import (
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/ncclbackend"
 	"github.com/gorovod/gorovod/nccl"
 	"github.com/gorovod/gorovod/tf"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // job is one rank's part of a run.

@@ -12,10 +12,10 @@ import (
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/events"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/schedule"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/summary"
 )
 
 // maxConsecutiveSkips ends a run whose gradients stay non-finite: it has diverged, and skipping
@@ -236,7 +236,7 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 
 	var sums *summaries
 	if j.rank == 0 {
-		ev, err := events.Create(j.in.rankDir)
+		ev, err := summary.Create(j.in.rankDir)
 		if err != nil {
 			return step, err
 		}
@@ -363,7 +363,7 @@ func signalOf(t horovod.Tensor) os.Signal {
 	return syscall.Signal(v[0])
 }
 
-// scalarWriter is what the training loop needs of an events file (*events.Writer).
+// scalarWriter is what the training loop needs of an events file (*summary.Writer).
 type scalarWriter interface {
 	Scalars(step int64, values map[string]float64) error
 	Close() error

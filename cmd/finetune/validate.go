@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // Files that the exporter packages inside a training SavedModel (bertgraph/exporter/contract.py).

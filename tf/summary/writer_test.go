@@ -1,4 +1,4 @@
-package events
+package summary
 
 import (
 	"encoding/json"
