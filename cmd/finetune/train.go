@@ -11,9 +11,9 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/schedule"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/schedule"
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/tf/summary"
 )
