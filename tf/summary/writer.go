@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/tf/internal/walltime"
+	"github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // fileVersion is the first event of every file; TensorBoard checks it.
