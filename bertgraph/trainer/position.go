@@ -1,4 +1,4 @@
-package main
+package trainer
 
 import (
 	"encoding/json"
