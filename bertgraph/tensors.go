@@ -11,7 +11,9 @@ import (
 // FlatTensors holds one float32 tensor per model variable, in the contract's variable order,
 // in one contiguous buffer: Parts[i] is a view of Data with variable i's elements (row-major).
 // Gradients and variable values travel in it, so a fused allreduce or a broadcast is one call
-// over Data.
+// over Data. Each view's capacity runs to the end of Data, which is how horovod sees that the
+// views lie back to back in one allocation and reduces them in place, without its fusion
+// buffer; so never append to a part: it would write into the next variable's values.
 type FlatTensors struct {
 	Data  []float32
 	Parts [][]float32
@@ -43,13 +45,14 @@ func flatSize(vars []VariableSpec) int {
 	return total
 }
 
-// flatTensorsOver cuts data, flatSize(vars) values long, into one view per variable.
+// flatTensorsOver cuts data, flatSize(vars) values long, into one view per variable, each
+// keeping data's capacity beyond it (see FlatTensors).
 func flatTensorsOver(vars []VariableSpec, data []float32) *FlatTensors {
 	f := &FlatTensors{Data: data, Parts: make([][]float32, len(vars))}
 	off := 0
 	for i, v := range vars {
 		n := v.NumElements()
-		f.Parts[i] = f.Data[off : off+n : off+n]
+		f.Parts[i] = f.Data[off : off+n]
 		off += n
 	}
 	return f
@@ -74,16 +77,15 @@ func (f *FlatTensors) check(vars []VariableSpec) error {
 }
 
 // copyOut copies t's float32 values into dst in place. The caller names t in its error, built
-// only on failure: TrainStep calls this for every variable every step.
+// only on failure: TrainStep calls this for every variable every step. The count is checked
+// before the copy: dst's capacity may reach into the next variable (FlatTensors), which a
+// tensor of the wrong size would overwrite.
 func copyOut(t *tf.Tensor, dst []float32) error {
-	got, err := tf.Values(t, dst[:0])
-	if err != nil {
-		return err
+	if n := t.NumElements(); n != int64(len(dst)) {
+		return fmt.Errorf("%d elements, want %d", n, len(dst))
 	}
-	if len(got) != len(dst) {
-		return fmt.Errorf("%d elements, want %d", len(got), len(dst))
-	}
-	return nil
+	_, err := tf.Values(t, dst[:0])
+	return err
 }
 
 // reuse returns t overwritten with values when its shape is shape, else a new tensor (t closed).

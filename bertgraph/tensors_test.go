@@ -2,9 +2,12 @@ package bertgraph
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/gorovod/gorovod/tf"
 )
 
 // TestFlatTensorsOver: a FlatTensors over a caller's buffer is that buffer (no copy, values
@@ -40,8 +43,11 @@ func TestFlatTensorsOver(t *testing.T) {
 	off := 0
 	for i, part := range f.Parts {
 		n := vars[i].NumElements()
-		if len(part) != n || cap(part) != n || len(fresh.Parts[i]) != n || cap(fresh.Parts[i]) != n {
-			t.Fatalf("part %d: len %d cap %d (NewFlatTensors: len %d cap %d), want %d", i, len(part), cap(part), len(fresh.Parts[i]), cap(fresh.Parts[i]), n)
+		// The capacity runs to the end of the buffer: horovod fuses views whose capacity spans
+		// their neighbours in place (see FlatTensors).
+		if len(part) != n || cap(part) != total-off || len(fresh.Parts[i]) != n || cap(fresh.Parts[i]) != total-off {
+			t.Fatalf("part %d: len %d cap %d (NewFlatTensors: len %d cap %d), want len %d cap %d",
+				i, len(part), cap(part), len(fresh.Parts[i]), cap(fresh.Parts[i]), n, total-off)
 		}
 		if &part[0] != &data[off] || part[0] != float32(off) {
 			t.Fatalf("part %d (%s) does not start at value %d of the buffer (holds %v)", i, vars[i].Name, off, part[0])
@@ -61,5 +67,34 @@ func TestFlatTensorsOver(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want[0]) || !strings.Contains(err.Error(), want[1]) {
 			t.Errorf("FlatTensorsOver of %d values: %v, want an error naming %q", n, err, want)
 		}
+	}
+}
+
+// copyOut refuses a tensor whose size is not its destination's before writing anything: a view's
+// capacity reaches into the next variable's values, which a longer tensor would overwrite.
+func TestCopyOutChecksTheCountBeforeWriting(t *testing.T) {
+	data := []float32{1, 2, 3, 4, 5}
+	f := flatTensorsOver([]VariableSpec{{Name: "a", Shape: []int64{2}}, {Name: "b", Shape: []int64{3}}}, data)
+	for _, values := range [][]float32{{9, 9, 9}, {9}} {
+		long, err := tf.NewTensor(values, int64(len(values)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = copyOut(long, f.Parts[0])
+		long.Close()
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d elements, want 2", len(values))) {
+			t.Errorf("%d values into 2: %v, want an error naming both counts", len(values), err)
+		}
+		if !slices.Equal(data, []float32{1, 2, 3, 4, 5}) {
+			t.Fatalf("a refused copy wrote into the buffer: %v", data)
+		}
+	}
+	fits, err := tf.NewTensor([]float32{7, 8}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fits.Close()
+	if err := copyOut(fits, f.Parts[0]); err != nil || !slices.Equal(data, []float32{7, 8, 3, 4, 5}) {
+		t.Errorf("copy of 2 values: %v, buffer %v", err, data)
 	}
 }

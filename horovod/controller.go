@@ -33,6 +33,8 @@ func (r *request) complete(t Tensor, err error) {
 type entry struct {
 	specs     []*spec // by rank; nil: not submitted yet
 	firstSeen time.Time
+	// busyAtFirstSeen is the controller's busyTotal at firstSeen (see stallAge).
+	busyAtFirstSeen time.Duration
 }
 
 // response is an operation every rank has submitted (or an error about one), in the order every
@@ -78,8 +80,9 @@ type controller struct {
 	fusion     arena // in the data backend's memory when it lends some (backend.HostAllocator)
 	timeline   *timeline
 
-	busySince atomic.Int64 // unix ns when the current backend call began; 0 when none
-	busyWhat  atomic.Value // string: that call
+	busySince atomic.Int64  // unix ns when the current backend call began; 0 when none
+	busyWhat  atomic.Value  // string: that call
+	busyTotal time.Duration // time spent in backend calls so far (loop goroutine only)
 }
 
 func newController(h *Horovod, control, data backend.Backend) (*controller, error) {
@@ -333,7 +336,7 @@ func (c *controller) exchange(m *message) ([]*message, error) {
 	binary.LittleEndian.PutUint32(own, uint32(len(enc)))
 	copy(own[4:], enc)
 	slots := make([]byte, slotSize*c.size)
-	if err := c.busy("negotiation allgather", func() error {
+	if err := c.busy(negotiationRound, func() error {
 		return c.control.Allgatherv(own, slots, slices.Repeat([]int{slotSize}, c.size))
 	}); err != nil {
 		return nil, err
@@ -349,7 +352,7 @@ func (c *controller) exchange(m *message) ([]*message, error) {
 	var tail []byte
 	if total > 0 {
 		tail = make([]byte, total)
-		if err := c.busy("negotiation allgather", func() error {
+		if err := c.busy(negotiationRound, func() error {
 			return c.control.Allgatherv(enc[len(enc)-rest[c.rank]:], tail, rest)
 		}); err != nil {
 			return nil, err
@@ -368,11 +371,18 @@ func (c *controller) exchange(m *message) ([]*message, error) {
 	return msgs, nil
 }
 
+// negotiationRound is what the watchdog calls a blocked negotiation allgather.
+const negotiationRound = "negotiation allgather"
+
 // busy runs one backend call under the watchdog's eye.
 func (c *controller) busy(what string, f func() error) error {
+	start := time.Now()
 	c.busyWhat.Store(what)
-	c.busySince.Store(time.Now().UnixNano())
-	defer c.busySince.Store(0)
+	c.busySince.Store(start.UnixNano())
+	defer func() {
+		c.busySince.Store(0)
+		c.busyTotal += time.Since(start)
+	}()
 	return f()
 }
 
@@ -510,7 +520,7 @@ func (c *controller) process(msgs []*message) (responses []*response, stopBy, la
 func (c *controller) add(r int, s *spec, now time.Time) {
 	e := c.table[s.name]
 	if e == nil {
-		e = &entry{specs: make([]*spec, c.size), firstSeen: now}
+		e = &entry{specs: make([]*spec, c.size), firstSeen: now, busyAtFirstSeen: c.busyTotal}
 		c.table[s.name] = e
 		c.order = append(c.order, s.name)
 		c.timeline.submitted(s.name, s.kind, now)

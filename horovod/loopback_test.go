@@ -34,6 +34,15 @@ type loopback struct {
 
 	record   atomic.Bool
 	gathered atomic.Int64 // negotiation message bytes rank 0 sent while record is set
+
+	// stopped, when set, holds the negotiation rounds of one rank until it is closed, as if
+	// that rank's process had been stopped (SIGSTOP) between rounds.
+	stopped atomic.Pointer[stoppedRank]
+}
+
+type stoppedRank struct {
+	rank int
+	cont chan struct{}
 }
 
 func (g *loopback) recordGathers(on bool) { g.record.Store(on) }
@@ -157,6 +166,9 @@ func (l loopRank) Allgatherv(send, recv []byte, counts []int) error {
 	if l.rank == 0 && l.g.record.Load() && len(send) == slotSize {
 		// A negotiation round: count the encoded message, whose length leads the slot.
 		l.g.gathered.Add(int64(binary.LittleEndian.Uint32(send)))
+	}
+	if s := l.g.stopped.Load(); s != nil && s.rank == l.rank {
+		<-s.cont
 	}
 	recv = recv[:0]
 	for _, b := range l.gather("allgatherv", send) {

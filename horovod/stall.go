@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorovod/gorovod/horovod/backend"
 )
 
 // maxStallNames is how many stalled operations a stall report names per missing rank, as in
@@ -30,7 +33,7 @@ func (c *controller) inspectStalls(now time.Time) {
 	pastAbort := map[int]bool{}   // ranks missing an operation older than the shutdown time
 	for _, name := range c.order {
 		e := c.table[name]
-		age := now.Sub(e.firstSeen)
+		age := c.stallAge(e, now)
 		if age < threshold {
 			continue
 		}
@@ -57,6 +60,15 @@ func (c *controller) inspectStalls(now time.Time) {
 		c.h.log.Printf("stall: operations submitted by some ranks have waited more than %v for the others "+
 			"(ranks that submit different operations, or skip one, deadlock here). Missing ranks:\n%s", warn, report)
 	}
+}
+
+// stallAge is how long the ranks missing e have had to submit it: the time since it first
+// appeared, less the time this loop has since spent inside backend calls. A rank whose loop was
+// blocked in a collective (because another rank was stopped, say) could not announce what its
+// application submitted meanwhile, and must not be blamed for the other rank's stall when the
+// collective completes; the watchdog reports that stall, naming the late rank where it can.
+func (c *controller) stallAge(e *entry, now time.Time) time.Duration {
+	return now.Sub(e.firstSeen) - (c.busyTotal - e.busyAtFirstSeen)
 }
 
 // stallReport lays out the stalled operations by missing rank, as Horovod does: one line per rank
@@ -113,13 +125,65 @@ func (c *controller) watchdog() {
 		what, _ := c.busyWhat.Load().(string)
 		if abort > 0 && d >= abort {
 			c.h.log.Printf("aborting the job: %s on the %s backend has not completed in %v "+
-				"(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): a rank has probably died or hung", what, c.data.Name(), d.Round(time.Millisecond))
+				"(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): %s", what, c.data.Name(), d.Round(time.Millisecond), c.lateRanks(what))
 			c.control.Abort(1)
 		}
 		if warn > 0 && d >= warn && warned != since {
 			warned = since
-			c.h.log.Printf("stall: %s on the %s backend has not completed in %v: a rank may have died or hung",
-				what, c.data.Name(), d.Round(time.Millisecond))
+			c.h.log.Printf("stall: %s on the %s backend has not completed in %v: %s",
+				what, c.data.Name(), d.Round(time.Millisecond), c.lateRanks(what))
 		}
 	}
+}
+
+// lateRanks says what this rank knows about who is late in the blocked backend call what: the
+// ranks that have not entered it when the backend keeps a roll call (backend.RollCall), and
+// otherwise only that every rank submitted the operation, for a data collective, since MPI and
+// NCCL do not tell which peer has not reached a collective.
+func (c *controller) lateRanks(what string) string {
+	for _, b := range []backend.Backend{c.control, c.data} {
+		rc, ok := b.(backend.RollCall)
+		if !ok {
+			continue
+		}
+		reached, unknown, ok := rc.Reached()
+		if !ok {
+			continue
+		}
+		var late []int
+		for r := range c.size {
+			if !slices.Contains(reached, r) && !slices.Contains(unknown, r) {
+				late = append(late, r)
+			}
+		}
+		if len(late) == 0 && len(unknown) == 0 {
+			return "every rank has entered it, so one has stopped inside it; the backend cannot tell which"
+		}
+		var parts []string
+		if len(late) > 0 {
+			parts = append(parts, fmt.Sprintf("%s not entered it (stopped, hung or dead)", ranksHave(late, "has", "have")))
+		}
+		parts = append(parts, ranksHave(reached, "has", "have")+" entered it")
+		if len(unknown) > 0 {
+			parts = append(parts, fmt.Sprintf("this rank cannot tell about %s (rank 0 can)", ranksHave(unknown, "", "")))
+		}
+		return strings.Join(parts, "; ")
+	}
+	if what == negotiationRound {
+		return "a rank may have died, hung or been stopped; the " + c.control.Name() + " backend cannot tell which"
+	}
+	return "every rank submitted this operation, and the " + c.data.Name() +
+		" backend cannot tell which has not entered the collective: a rank may have died, hung or been stopped"
+}
+
+// ranksHave renders "rank 1 has" or "ranks 0,2 have" (verb empty: the ranks alone).
+func ranksHave(ranks []int, one, many string) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	if len(ranks) == 1 {
+		return strings.TrimSpace("rank " + s[0] + " " + one)
+	}
+	return strings.TrimSpace("ranks " + strings.Join(s, ",") + " " + many)
 }

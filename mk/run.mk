@@ -16,8 +16,8 @@ FINETUNE_BIN := $(ROOT)/bin/finetune
 FINETUNE_OUT := $(CACHE)/finetune/imdb-minilm
 # Ctrl-C on mpirun reaches the ranks as SIGTERM after this many seconds and SIGKILL after as many
 # again: time for the step in flight and rank 0's checkpoint. No mpi_yield_when_idle: a rank
-# waiting for its peers' train step sleeps in horovod/mpi's negotiation wait on its own (README,
-# Benchmarks: it no longer changes CPU time or examples/s), as under a user's plain mpirun.
+# waiting for its peers' train step sleeps in horovod/mpi's negotiation wait on its own
+# (docs/benchmarks.md: it changes neither CPU time nor examples/s), as under a user's plain mpirun.
 FINETUNE_MPIRUN := $(MPIRUN) --mca odls_base_sigkill_timeout 10
 
 .PHONY: run finetune-bin bench-finetune

@@ -164,6 +164,18 @@ type Pinned interface {
 	Serve(loop func())
 }
 
+// RollCall is implemented by a Backend that can tell, while a collective is blocked, which ranks
+// have entered it: horovod's watchdog asks when one stalls, so that its warning names the ranks
+// that are late (stopped, hung or dead) instead of guessing. Unlike the collectives, Reached may
+// be called from any goroutine, concurrently with the collective it describes.
+type RollCall interface {
+	Backend
+	// Reached describes the collective in progress: the ranks this rank knows to have entered it
+	// (itself included) and those it cannot tell about; every other rank has not entered it. ok
+	// is false when no collective is in progress or the one in progress keeps no roll call.
+	Reached() (reached, unknown []int, ok bool)
+}
+
 // HostAllocator is implemented by a data Backend whose collectives move host memory of its own
 // faster than other host memory: for NCCL, page-locked ("pinned") memory the GPU reads and
 // writes by DMA, where a buffer in Go memory costs two extra host copies per collective (into

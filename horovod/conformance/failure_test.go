@@ -2,8 +2,11 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,7 +19,9 @@ import (
 const childEnv = "GOROVOD_CONFORMANCE_CHILD"
 
 // TestChild is the job the failure tests launch: every rank allreduces a tensor named "step" in
-// a loop, and after five steps the last rank fails in the way the mode says.
+// a loop, and after five steps the last rank fails in the way the mode says. In mode "stop", the
+// rank stopRankEnv names stops itself (SIGSTOP) for stopSeconds and then goes on, and the job
+// ends normally after ten steps.
 func TestChild(t *testing.T) {
 	mode := os.Getenv(childEnv)
 	if mode == "" {
@@ -24,6 +29,17 @@ func TestChild(t *testing.T) {
 	}
 	x := tensor(backend.Float32, []int{1024}, make([]float64, 1024))
 	for i := 0; ; i++ {
+		if mode == "stop" && i == 10 {
+			return
+		}
+		if mode == "stop" && i == 5 && strconv.Itoa(hvd.Rank()) == os.Getenv(stopRankEnv) {
+			// The shell continues this process once it is stopped.
+			cont := exec.Command("sh", "-c", fmt.Sprintf("sleep %d; kill -CONT %d", stopSeconds, os.Getpid()))
+			if err := cont.Start(); err != nil {
+				t.Fatal(err)
+			}
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
 		if hvd.Rank() == hvd.Size()-1 && i == 5 {
 			switch mode {
 			case "die":
@@ -40,6 +56,12 @@ func TestChild(t *testing.T) {
 	}
 }
 
+// stopRankEnv names the rank that mode "stop" stops for stopSeconds.
+const (
+	stopRankEnv = "GOROVOD_CONFORMANCE_STOP_RANK"
+	stopSeconds = 4
+)
+
 // launcherEnv, when set, is the command line (words split at spaces) that launches the failure
 // tests' 3-rank jobs instead of mpirun -np 3: make test-multinode sets it to
 // scripts/fake-nodes/mpirun.sh nodea:2,nodeb:1, which puts the failing rank on a machine of its own.
@@ -48,6 +70,17 @@ const launcherEnv = "GOROVOD_CONFORMANCE_LAUNCHER"
 // runFailingJob launches TestChild in mode on 3 ranks and returns its output, after checking the
 // job ended non-zero within the time limit.
 func runFailingJob(t *testing.T, mode string, env ...string) string {
+	t.Helper()
+	out, err := runChildJob(t, 3, mode, env...)
+	if err == nil {
+		t.Fatalf("the job exited 0 after a rank failed:\n%s", out)
+	}
+	return out
+}
+
+// runChildJob launches TestChild in mode on np ranks (3 when launcherEnv sets the launcher) and
+// returns its output and exit error, after checking the job ended within the time limit.
+func runChildJob(t *testing.T, np int, mode string, env ...string) (string, error) {
 	t.Helper()
 	if underMPI() {
 		t.Skip("launches its own mpirun")
@@ -59,8 +92,11 @@ func runFailingJob(t *testing.T, mode string, env ...string) string {
 		if err != nil {
 			t.Skip("mpirun not installed (make setup installs it)")
 		}
-		launcher = []string{mpirun, "--oversubscribe", "--bind-to", "none", "-np", "3"}
+		launcher = []string{mpirun, "--oversubscribe", "--bind-to", "none", "-np", strconv.Itoa(np)}
 	} else {
+		if np != 3 {
+			t.Skipf("%s launches 3 ranks", launcherEnv)
+		}
 		// Between machines the ranks get only what mpirun forwards.
 		for _, v := range env {
 			launcher = append(launcher, "-x", v)
@@ -82,11 +118,8 @@ func runFailingJob(t *testing.T, mode string, env ...string) string {
 	if ctx.Err() != nil {
 		t.Fatalf("the job was still running after %v:\n%s", limit, out)
 	}
-	if err == nil {
-		t.Fatalf("the job exited 0 after a rank failed:\n%s", out)
-	}
 	t.Logf("mode %s: job ended in %v with %v", mode, elapsed.Round(time.Millisecond), err)
-	return string(out)
+	return string(out), err
 }
 
 func expectOutput(t *testing.T, out string, fragments ...string) {
@@ -113,7 +146,36 @@ func TestStalledRankIsReportedThenAborts(t *testing.T) {
 func TestFrozenRankTripsTheWatchdog(t *testing.T) {
 	// As in Horovod, a shutdown time under the check time (60s by default) would never shut down.
 	out := runFailingJob(t, "freeze", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3")
-	expectOutput(t, out, "aborting the job", "has not completed in", "a rank has probably died or hung")
+	expectOutput(t, out, "aborting the job", "has not completed in", "rank 2 has not entered it (stopped, hung or dead)")
+}
+
+// A rank stopped with SIGSTOP blocks every other rank's negotiation round: the stall warnings
+// must name the stopped rank, on rank 0 (which hears from every rank) and on the stopped rank's
+// peers where they can tell, and no rank may be reported missing operations once it continues.
+func TestStoppedRankIsNamed(t *testing.T) {
+	for _, tc := range []struct{ np, stopped int }{{2, 1}, {2, 0}, {3, 1}} {
+		t.Run(fmt.Sprintf("np%d-stop%d", tc.np, tc.stopped), func(t *testing.T) {
+			out, err := runChildJob(t, tc.np, "stop", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0",
+				fmt.Sprintf("%s=%d", stopRankEnv, tc.stopped))
+			if err != nil {
+				t.Fatalf("the job failed: %v\n%s", err, out)
+			}
+			named := fmt.Sprintf("rank %d has not entered it (stopped, hung or dead)", tc.stopped)
+			// Rank 0 hears from every rank; with 2 ranks, rank 1 hears from the other one too.
+			for r := range tc.np {
+				if r == tc.stopped || (r != 0 && tc.np > 2) {
+					continue
+				}
+				expectOutput(t, out, fmt.Sprintf("horovod[%d]: stall: negotiation allgather on the mpi backend has not completed in", r))
+				if !regexp.MustCompile(fmt.Sprintf(`horovod\[%d\]: stall: negotiation allgather .*: %s`, r, regexp.QuoteMeta(named))).MatchString(out) {
+					t.Errorf("rank %d did not name rank %d:\n%s", r, tc.stopped, out)
+				}
+			}
+			if strings.Contains(out, "Missing ranks:") {
+				t.Errorf("a stall report blamed a rank for operations after the stopped one continued:\n%s", out)
+			}
+		})
+	}
 }
 
 // A process that Slurm's variables place in a job of 2 but whose MPI starts it alone (srun

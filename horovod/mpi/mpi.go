@@ -77,7 +77,10 @@ type Comm struct {
 	sleepingWait bool
 }
 
-var _ backend.Pinned = (*Comm)(nil)
+var (
+	_ backend.Pinned   = (*Comm)(nil)
+	_ backend.RollCall = (*Comm)(nil)
+)
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator. It fails
 // if called a second time in the same process.
@@ -227,7 +230,7 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 
 // Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints). When every part
 // is at most SleepingWaitMaxPart bytes, a rank that arrives before its peers waits for them as
-// mpiwait.Env says.
+// mpiwait.Env says. Its roll call tells Reached who has entered it.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	if len(counts) != c.topo.Size {
 		return fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
@@ -253,13 +256,31 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	if sp == nil {
 		sp = ptr(recv)
 	}
-	sleep, name := C.int(0), "MPI_Allgatherv"
+	sleep := C.int(0)
 	if c.sleepingWait && largest <= SleepingWaitMaxPart {
-		sleep, name = 1, "MPI_Iallgatherv"
+		sleep = 1
 	}
-	return c.call(name, func() C.int {
+	return c.call("MPI_Iallgatherv", func() C.int {
 		return C.hvd_mpi_allgatherv(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)], sleep)
 	})
+}
+
+// Reached is the roll call of the Allgatherv in progress (horovod's negotiation rounds are
+// allgathers): every rank tells rank 0 when it enters one, and rank 0 tells every rank. So rank 0
+// knows who has reached it, and the others know about rank 0 and themselves only.
+func (c *Comm) Reached() (reached, unknown []int, ok bool) {
+	if C.hvd_mpi_tracking() == 0 {
+		return nil, nil, false
+	}
+	for r := range c.topo.Size {
+		switch {
+		case C.hvd_mpi_reached(C.int(r)) != 0:
+			reached = append(reached, r)
+		case c.topo.Rank != 0 && r != 0:
+			unknown = append(unknown, r)
+		}
+	}
+	return reached, unknown, true
 }
 
 // Barrier is MPI_Barrier.

@@ -1,6 +1,7 @@
 #include "mpi_shim.h"
 
 #include <mpi.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #ifdef __linux__
@@ -11,6 +12,16 @@ static MPI_Comm world = MPI_COMM_NULL;
 static MPI_Datatype half_type = MPI_DATATYPE_NULL;
 static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL, half_prod = MPI_OP_NULL;
 static int we_initialized = 0;
+static int world_rank = 0, world_size = 1;
+
+// The roll call of hvd_mpi_allgatherv (see mpi_shim.h): reached[r] is set once this rank knows
+// rank r has entered the allgather in progress, tracking while one is in progress. Written by the
+// MPI thread, read by any thread (hvd_mpi_reached), hence the atomics.
+static int *reached = NULL;
+static int tracking = 0;
+static MPI_Request *notes = NULL; // receives first, then sends
+static int *note_from = NULL;     // the rank each receive in notes is from
+enum { HVD_NOTE_TAG = 0x6e6f };
 
 // The float16 operators call back into Go (package fp16, with its F16C path) once per block that
 // MPI hands them, so the conversion code exists once. Each widens both operands to float32,
@@ -58,6 +69,12 @@ int hvd_mpi_init(hvd_topology *topo) {
 	MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(world, &topo->rank);
 	MPI_Comm_size(world, &topo->size);
+	world_rank = topo->rank;
+	world_size = topo->size;
+	reached = calloc(world_size, sizeof *reached);
+	notes = calloc(2 * world_size, sizeof *notes);
+	note_from = calloc(world_size, sizeof *note_from);
+	if (reached == NULL || notes == NULL || note_from == NULL) return MPI_ERR_NO_MEM;
 
 	MPI_Comm local, cross;
 	if ((err = MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, topo->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS) return err;
@@ -126,33 +143,67 @@ static int64_t now_ns(void) {
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-// wait_sleeping completes req as described at hvd_mpi_allgatherv. MPI_Test drives MPI's progress
+// roll_call posts this rank's notes for a new allgather: rank 0 exchanges an empty message with
+// every other rank, the others with rank 0 only, so a round costs 2(size-1) empty messages.
+// It returns how many receives it posted at the start of notes (the sends follow them).
+static int roll_call(int *posted) {
+	int n = 0, err;
+	for (int r = 0; r < world_size; r++) __atomic_store_n(&reached[r], r == world_rank, __ATOMIC_RELEASE);
+	for (int r = 0; r < world_size; r++) {
+		if (r == world_rank || (world_rank != 0 && r != 0)) continue;
+		note_from[n] = r;
+		if ((err = MPI_Irecv(NULL, 0, MPI_BYTE, r, HVD_NOTE_TAG, world, &notes[n])) != MPI_SUCCESS) return err;
+		n++;
+	}
+	for (int i = 0; i < n; i++) {
+		if ((err = MPI_Isend(NULL, 0, MPI_BYTE, note_from[i], HVD_NOTE_TAG, world, &notes[n + i])) != MPI_SUCCESS) return err;
+	}
+	*posted = n;
+	__atomic_store_n(&tracking, 1, __ATOMIC_RELEASE);
+	return MPI_SUCCESS;
+}
+
+// test_round tests the allgather and the notes received so far.
+static int test_round(MPI_Request *req, int nrecv, int *done) {
+	int err, count, idx[nrecv > 0 ? nrecv : 1];
+	if ((err = MPI_Test(req, done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+	if (nrecv == 0) return MPI_SUCCESS;
+	if ((err = MPI_Testsome(nrecv, notes, &count, idx, MPI_STATUSES_IGNORE)) != MPI_SUCCESS) return err;
+	for (int i = 0; count != MPI_UNDEFINED && i < count; i++) __atomic_store_n(&reached[note_from[idx[i]]], 1, __ATOMIC_RELEASE);
+	return MPI_SUCCESS;
+}
+
+// wait_round completes req as described at hvd_mpi_allgatherv. MPI_Test drives MPI's progress
 // engine, so a collective advances only while this thread tests it: fine for messages that each
-// go out in one piece when posted, which is what the sleeping wait is used for.
-static int wait_sleeping(MPI_Request *req) {
+// go out in one piece when posted, which is what the sleeping wait is used for. Every peer posted
+// its notes before the allgather, so once the allgather is complete the notes are too.
+static int wait_round(MPI_Request *req, int nrecv, int sleep) {
 	int done = 0, err;
 	const int64_t spin_until = now_ns() + HVD_WAIT_SPIN_NS;
-	do {
-		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
-		if (done) return MPI_SUCCESS;
-	} while (now_ns() < spin_until);
 	long pause = HVD_WAIT_FIRST_SLEEP_NS;
 	for (;;) {
+		if ((err = test_round(req, nrecv, &done)) != MPI_SUCCESS) return err;
+		if (done) break;
+		if (!sleep || now_ns() < spin_until) continue;
 		struct timespec ts = {0, pause};
 		nanosleep(&ts, NULL);
-		if ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
-		if (done) return MPI_SUCCESS;
 		pause = pause * 2 < HVD_WAIT_MAX_SLEEP_NS ? pause * 2 : HVD_WAIT_MAX_SLEEP_NS;
 	}
+	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
+	return MPI_Waitall(2 * nrecv, notes, MPI_STATUSES_IGNORE);
 }
 
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep) {
-	if (!sleep) return MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world);
 	MPI_Request req;
-	int err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world, &req);
-	if (err != MPI_SUCCESS) return err;
-	return wait_sleeping(&req);
+	int nrecv = 0, err;
+	if ((err = roll_call(&nrecv)) != MPI_SUCCESS) return err;
+	if ((err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world, &req)) != MPI_SUCCESS) return err;
+	return wait_round(&req, nrecv, sleep);
 }
+
+int hvd_mpi_tracking(void) { return __atomic_load_n(&tracking, __ATOMIC_ACQUIRE); }
+
+int hvd_mpi_reached(int rank) { return __atomic_load_n(&reached[rank], __ATOMIC_ACQUIRE); }
 
 int hvd_mpi_barrier(void) { return MPI_Barrier(world); }
 
@@ -165,6 +216,10 @@ int hvd_mpi_finalize(void) {
 	MPI_Op_free(&half_prod);
 	MPI_Type_free(&half_type);
 	MPI_Comm_free(&world);
+	free(reached);
+	free(notes);
+	free(note_from);
+	reached = NULL;
 	if (!we_initialized) return MPI_SUCCESS;
 	return MPI_Finalize();
 }

@@ -21,12 +21,19 @@ typedef struct {
 int hvd_mpi_init(hvd_topology *topo);
 int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op);
 int hvd_mpi_bcast(void *buf, int count, int root);
-// hvd_mpi_allgatherv is MPI_Allgatherv when sleep is 0. Otherwise it starts MPI_Iallgatherv and
-// waits for it by testing: for HVD_WAIT_SPIN_NS without pause (a peer that is already there
-// answers at MPI's latency), then with sleeps that double from HVD_WAIT_FIRST_SLEEP_NS to
-// HVD_WAIT_MAX_SLEEP_NS, so that a rank waiting for a peer still computing leaves its core to
-// that computation instead of polling in MPI's progress engine.
+// hvd_mpi_allgatherv starts MPI_Iallgatherv and tests it until it completes. With sleep 0 it
+// tests without pause, as a blocking MPI_Allgatherv polls. Otherwise it tests for
+// HVD_WAIT_SPIN_NS without pause (a peer that is already there answers at MPI's latency), then
+// with sleeps that double from HVD_WAIT_FIRST_SLEEP_NS to HVD_WAIT_MAX_SLEEP_NS, so that a rank
+// waiting for a peer still computing leaves its core to that computation instead of polling in
+// MPI's progress engine. Meanwhile it keeps a roll call: every rank tells rank 0 when it enters,
+// and rank 0 tells every rank, so that hvd_mpi_reached can say who is late while it waits.
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
+// hvd_mpi_tracking is 1 while hvd_mpi_allgatherv waits, when hvd_mpi_reached describes its round.
+int hvd_mpi_tracking(void);
+// hvd_mpi_reached is 1 when this rank knows that rank has entered the allgather in progress.
+// Any thread may call these two.
+int hvd_mpi_reached(int rank);
 enum { HVD_WAIT_SPIN_NS = 50000, HVD_WAIT_FIRST_SLEEP_NS = 10000, HVD_WAIT_MAX_SLEEP_NS = 500000 };
 int hvd_mpi_barrier(void);
 void hvd_mpi_abort(int code);
