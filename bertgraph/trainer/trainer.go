@@ -14,8 +14,9 @@ import (
 
 // Options configure a Trainer. Dir, Schedule and BatchSize are required; the rest has defaults.
 type Options struct {
-	// Dir is the rank's output directory: on rank 0 the checkpoints and the TensorBoard events
-	// file, on the others the copy of the checkpoint rank 0 resumes from (under Dir/resume).
+	// Dir is the rank's output directory, made if missing: on rank 0 the checkpoints and the
+	// TensorBoard events file, on the others the copy of the checkpoint rank 0 resumes from (under
+	// Dir/resume).
 	Dir string
 	// Checkpoints manages rank 0's checkpoints; nil opens one on Dir keeping the 5 newest
 	// (tf.estimator's default). Other ranks ignore it.
@@ -108,6 +109,9 @@ func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, 
 	}
 	if opts.Logf == nil {
 		opts.Logf = log.Printf
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	t := &Trainer{hvd: hvd, model: model, opts: opts, rank: hvd.Rank(), size: hvd.Size()}
 	if t.rank == 0 {

@@ -54,9 +54,6 @@ func run(args []string, log io.Writer) error {
 	if hvd.Rank() != 0 {
 		dir = filepath.Join(dir, fmt.Sprint(hvd.Rank()))
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	model, err := bertgraph.Load(*savedModel, bertgraph.Options{})
 	if err != nil {
 		return err
