@@ -119,7 +119,7 @@ func (m *Model) checkRestore(prefix string) error {
 	}
 	if _, legacy := r.Variable(legacyObjectGraphKey); legacy && len(c.Variables) > 0 {
 		if _, ok := r.Variable(c.Variables[0].ObjectKey); ok {
-			return fmt.Errorf("bertgraph: checkpoint %s is keyed the old way (object-based keys such as %s, written by gorovod before contract version 3), not by the Google BERT names this model saves and restores: training cannot resume from it; start a new run (another --output_dir, or move the old checkpoints away) with --init_checkpoint=%s, which takes its weights (not its optimizer state or global step)",
+			return fmt.Errorf("bertgraph: checkpoint %s is keyed the old way (object-based keys such as %s, before contract version 3): training cannot resume from it; start a new --output_dir with --init_checkpoint=%s to take its weights",
 				prefix, c.Variables[0].ObjectKey, prefix)
 		}
 	}
@@ -304,7 +304,7 @@ func planInit(prefix string, r *tf.CheckpointReader, vars []VariableSpec) (*Init
 			expected = append(expected, v.Name)
 			keys = append(keys, v.ObjectKey)
 		}
-		return nil, fmt.Errorf("bertgraph: init checkpoint %s initialises none of the model's %d %s variables: its %d name(s) (%s) match neither the Google BERT names the model expects (%s) nor the object-based keys of older gorovod checkpoints (%s)",
+		return nil, fmt.Errorf("bertgraph: init checkpoint %s initialises none of the model's %d %s variables: its %d name(s) (%s) are neither Google BERT names (%s) nor older gorovod keys (%s)",
 			prefix, encoder, encoderPrefix, len(names), listSome(names, 3, ", "), listSome(expected, 3, ", "), listSome(keys, 1, ", "))
 	}
 	return report, nil

@@ -6,12 +6,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/tf"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // fixture is what the Python exporter writes for these tests (drive.py fixture): a tiny
@@ -26,6 +27,7 @@ var fixture struct {
 const seqLength = 16
 
 func TestMain(m *testing.M) {
+	testenv.VenvPython.RequireMain()
 	dir, err := os.MkdirTemp("", "bertgraph-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -56,12 +58,8 @@ func python(args ...string) ([]byte, error) {
 
 // venvPython runs the project venv's python with args at the repository root and returns stdout.
 func venvPython(args ...string) ([]byte, error) {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(filepath.Join(root, ".venv/bin/python"), args...)
-	cmd.Dir = root
+	cmd := exec.Command(testenv.VenvPython.Path(), args...)
+	cmd.Dir = testenv.Root()
 	cmd.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2")
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/tf"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 func TestInitFromGoogleCheckpointWithMissingNames(t *testing.T) {
@@ -171,7 +173,7 @@ func TestExportedServingModelPredictsLikeGo(t *testing.T) {
 	if slices.Equal(origPred.Logits, goPred.Logits) {
 		t.Error("training did not change the predictions; the comparison proves nothing")
 	}
-	cli := exec.Command(filepath.Join("..", ".venv", "bin", "saved_model_cli"), "show", "--dir", export, "--tag_set", "serve", "--signature_def", "serving_default")
+	cli := exec.Command(testenv.Fixture{Rel: ".venv/bin/saved_model_cli", What: "TensorFlow's saved_model_cli", Target: "make setup"}.Require(t), "show", "--dir", export, "--tag_set", "serve", "--signature_def", "serving_default")
 	cli.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=3")
 	out, err := cli.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "outputs['probabilities']") || !strings.Contains(string(out), "inputs['input_ids']") {

@@ -27,12 +27,12 @@ $(IMDB_DIR)/.stamp: $(IMDB_JSON) $(IMDB_SPLIT) | venv
 	$(PY) $(IMDB_SPLIT) $(IMDB_JSON) $(IMDB_DIR)
 	@touch $@
 
-# go-test runs every data test whose inputs are there and skips the others; this target installs
-# the IMDB files and runs the tests that need them (named *IMDB*), with GOROVOD_DATA_REQUIRED set
-# so that a missing piece fails instead of skipping.
+# go-test skips the tests that need the IMDB files (named *IMDB*); this target installs the files
+# and runs those tests, with GOROVOD_TEST_REQUIRE set so that a missing piece fails instead of
+# skipping.
 TEST_TARGETS += test-data
 test-data: data venv
-	GOROVOD_DATA_REQUIRED=1 $(GO) test -count=1 -run IMDB $(DATA_PKGS)
+	GOROVOD_TEST_REQUIRE=1 $(GO) test -count=1 -run IMDB $(DATA_PKGS)
 
 BENCH_TARGETS += bench-data
 bench-data: data venv

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // TestConfigProtoDecodedByPython decodes our ConfigProto bytes with Python TensorFlow's
@@ -29,7 +31,7 @@ func TestConfigProtoDecodedByPython(t *testing.T) {
 	for _, o := range cases {
 		stdin.WriteString(base64.StdEncoding.EncodeToString(o.ConfigProto()) + "\n")
 	}
-	cmd := exec.Command(python(t), "testdata/decode_config.py")
+	cmd := exec.Command(testenv.VenvPython.Require(t), "testdata/decode_config.py")
 	cmd.Stdin = &stdin
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

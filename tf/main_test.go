@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // The SavedModels and checkpoints are built once per test binary by testdata/build_models.py
@@ -90,6 +92,7 @@ type encodedTensor struct {
 // models returns the fixture directory and what Python computed, building them on first use.
 func models(t testing.TB) (string, *expectedFile) {
 	t.Helper()
+	testenv.VenvPython.Require(t)
 	fixtures.once.Do(func() {
 		fixtures.err = buildFixtures()
 	})
@@ -99,28 +102,13 @@ func models(t testing.TB) (string, *expectedFile) {
 	return fixtures.dir, &fixtures.expected
 }
 
-func python(t testing.TB) string {
-	py, err := filepath.Abs("../.venv/bin/python")
-	if err == nil {
-		_, err = os.Stat(py)
-	}
-	if err != nil {
-		t.Fatalf("the project virtualenv is missing (run `make setup`): %v", err)
-	}
-	return py
-}
-
 func buildFixtures() error {
-	py, err := filepath.Abs("../.venv/bin/python")
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "gorovod-tf-test-")
 	if err != nil {
 		return err
 	}
 	fixtures.dir = dir
-	cmd := exec.Command(py, "testdata/build_models.py", dir)
+	cmd := exec.Command(testenv.VenvPython.Path(), "testdata/build_models.py", dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {

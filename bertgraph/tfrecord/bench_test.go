@@ -8,17 +8,18 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // BenchmarkReadBatch is the training loop's input: batches of 32 sequences of 32 drawn from a
 // shuffled, repeating dataset of run_classifier records (allocations per batch are the figure).
 // NextBatch, which builds a new batch with the records' positions as GUIDs, runs beside it.
 func BenchmarkReadBatch(b *testing.B) {
-	const batch, seq, records = 32, 32, 1024
+	const batch, seq, numRecords = 32, 32, 1024
 	rng := rand.New(rand.NewPCG(7, 8))
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
-	for range records {
+	w := records.NewWriter(&buf)
+	for range numRecords {
 		if err := w.Write(EncodeFeatures(randomFeatures(rng, seq))); err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // DatasetOptions configure a Dataset: the order of operations is Horovod's BERT input function,
@@ -34,8 +35,8 @@ type Dataset struct {
 	epoch uint64
 
 	file    *os.File
-	reader  *Reader // reading file; nil between files
-	reuse   *Reader // the last reader, reset onto the next file
+	reader  *records.Reader // reading file; nil between files
+	reuse   *records.Reader // the last reader, reset onto the next file
 	fileIdx int
 	index   int // record index over all files, this epoch
 	mine    int // records of this rank, this epoch
@@ -106,9 +107,9 @@ func (d *Dataset) nextInShard() (Record, error) {
 				return Record{}, fmt.Errorf("tfrecord: %w", err)
 			}
 			if d.reuse == nil {
-				d.reuse = NewReader(f, d.paths[d.fileIdx])
+				d.reuse = records.NewReader(f, d.paths[d.fileIdx])
 			} else {
-				d.reuse.reset(f, d.paths[d.fileIdx])
+				d.reuse.Reset(f, d.paths[d.fileIdx])
 			}
 			d.file, d.reader = f, d.reuse
 		}

@@ -1,14 +1,8 @@
-// Package tfrecord reads and writes TensorFlow's TFRecord files and the tf.train.Example records
-// of BERT's run_classifier.py (train.tf_record, eval.tf_record, predict.tf_record).
+// Package tfrecord reads and writes the tf.train.Example records of BERT's run_classifier.py
+// in TFRecord files (train.tf_record, eval.tf_record, predict.tf_record).
 //
-// A TFRecord file is a sequence of records, each framed as
-//
-//	uint64 length (little-endian) | uint32 masked CRC32C of the length | data | uint32 masked CRC32C of data
-//
-// with mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. Writer and Reader do the framing alone,
-// so any record payload can use them (the TensorBoard event writer writes Event protos with
-// Writer). Corrupt input — a bad checksum, a truncated record — is an error naming the file and
-// the byte offset of the record.
+// The TFRecord framing itself is package tf/tfrecord's; this package reads and writes what the
+// records hold.
 //
 // EncodeExample and DecodeExample handle tf.train.Example records of int64 features;
 // EncodeFeatures and DecodeFeatures map run_classifier's five features (input_ids, input_mask,

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
-// FuzzReader: any bytes give records and then io.EOF or a *CorruptError at an offset inside
+// FuzzReader: any bytes give records and then io.EOF or a *records.CorruptError at an offset inside
 // the input, never a panic.
 func FuzzReader(f *testing.F) {
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := records.NewWriter(&buf)
 	w.Write([]byte("record"))
 	w.Write(EncodeExample(map[string][]int64{"input_ids": {101, 102}}))
 	w.Write(EncodeExample(map[string][]int64{KeyInputIDs: {101, 102}, KeyInputMask: {1, 1}, KeySegmentIDs: {0, 1}, KeyLabelIDs: {1}}))
@@ -21,13 +22,13 @@ func FuzzReader(f *testing.F) {
 	f.Add(buf.Bytes()[:20])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := NewReader(bytes.NewReader(data), "fuzz")
+		r := records.NewReader(bytes.NewReader(data), "fuzz")
 		for {
 			rec, err := r.Next()
 			if err == io.EOF {
 				return
 			}
-			var ce *CorruptError
+			var ce *records.CorruptError
 			if err != nil {
 				if !errors.As(err, &ce) || ce.Offset < 0 || ce.Offset >= int64(len(data)) {
 					t.Fatalf("error %v", err)

@@ -2,114 +2,22 @@ package tfrecord
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph/datatests"
 	"github.com/gorovod/gorovod/bertgraph/features"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 	"google.golang.org/protobuf/encoding/protowire"
 )
-
-func TestMaskedCRC(t *testing.T) {
-	// CRC-32C's standard check value, then the mask TFRecord applies to it.
-	c := crc32.Checksum([]byte("123456789"), castagnoli)
-	if c != 0xE3069283 {
-		t.Fatalf("crc32c(123456789) = %#x", c)
-	}
-	if got, want := maskedCRC([]byte("123456789")), (c>>15|c<<17)+0xa282ead8; got != want {
-		t.Fatalf("masked = %#x, want %#x", got, want)
-	}
-}
-
-func writeRecords(t *testing.T, recs [][]byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	w := NewWriter(&buf)
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.Bytes()
-}
-
-func TestFramingRoundTripAndCorruption(t *testing.T) {
-	recs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 100000)}
-	file := writeRecords(t, recs)
-	if len(file) != 3*16+5+100000 {
-		t.Fatalf("file is %d bytes", len(file))
-	}
-	r := NewReader(bytes.NewReader(file), "x.tfrecord")
-	for i, want := range recs {
-		got, err := r.Next()
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("record %d: %d bytes, %v", i, len(got), err)
-		}
-	}
-	if _, err := r.Next(); err != io.EOF {
-		t.Fatalf("after the last record: %v", err)
-	}
-	second := int64(16 + 5) // offset of the second record
-	third := second + 16
-	for _, c := range []struct {
-		name   string
-		mangle func([]byte) []byte
-		offset int64
-		reason string
-	}{
-		{"data", func(b []byte) []byte { b[third+12+500] ^= 1; return b }, third, "data checksum mismatch"},
-		{"length", func(b []byte) []byte { b[second] = 9; return b }, second, "length checksum mismatch"},
-		{"lengthcrc", func(b []byte) []byte { b[second+9] ^= 0x40; return b }, second, "length checksum mismatch"},
-		{"footer", func(b []byte) []byte { b[second+13] ^= 1; return b }, second, "data checksum mismatch"},
-		{"truncated data", func(b []byte) []byte { return b[:third+12+99] }, third, "truncated record"},
-		{"truncated header", func(b []byte) []byte { return b[:second+7] }, second, "truncated header"},
-	} {
-		bad := c.mangle(slices.Clone(file))
-		r := NewReader(bytes.NewReader(bad), "bad.tfrecord")
-		var err error
-		for err == nil {
-			_, err = r.Next()
-		}
-		var ce *CorruptError
-		if !errors.As(err, &ce) || ce.Offset != c.offset || ce.Path != "bad.tfrecord" || !strings.Contains(ce.Reason, c.reason) {
-			t.Errorf("%s: %v, want a corruption at offset %d: %s", c.name, err, c.offset, c.reason)
-		}
-		if !strings.Contains(err.Error(), fmt.Sprintf("bad.tfrecord: record at byte offset %d", c.offset)) {
-			t.Errorf("%s: message %q", c.name, err)
-		}
-	}
-}
-
-// A corrupt length with a matching checksum (1 GiB declared, 100 bytes present) is a truncated
-// record, found without allocating the declared size.
-func TestHugeLengthIsTruncationNotAllocation(t *testing.T) {
-	var file [12 + 100]byte
-	binary.LittleEndian.PutUint64(file[:8], 1<<30)
-	binary.LittleEndian.PutUint32(file[8:12], maskedCRC(file[:8]))
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	_, err := NewReader(bytes.NewReader(file[:]), "huge.tfrecord").Next()
-	runtime.ReadMemStats(&after)
-	var ce *CorruptError
-	if !errors.As(err, &ce) || ce.Offset != 0 || !strings.Contains(ce.Reason, "truncated record: 100 of 1073741828") {
-		t.Fatalf("err %v", err)
-	}
-	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
-		t.Fatalf("allocated %d bytes for a 112-byte file", grew)
-	}
-}
 
 func TestExampleRoundTrip(t *testing.T) {
 	in := map[string][]int64{"a": {1, -1, 1 << 40, 0}, "b": {}, "c": {-9223372036854775808}}
@@ -204,7 +112,7 @@ func TestFeaturesRoundTrip(t *testing.T) {
 func TestReadBatchReusesItsBatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := records.NewWriter(&buf)
 	for range 11 {
 		w.Write(EncodeFeatures(randomFeatures(rng, 8)))
 	}
@@ -255,7 +163,7 @@ func TestTFRecordsAgainstTensorFlow(t *testing.T) {
 	ours, theirs := filepath.Join(dir, "train.tf_record"), filepath.Join(dir, "py.tf_record")
 	rng := rand.New(rand.NewPCG(3, 4))
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := records.NewWriter(&buf)
 	var wrote []features.InputFeatures
 	for range n {
 		f := randomFeatures(rng, seq)
@@ -313,13 +221,16 @@ func writeIndexed(t *testing.T, dir string, files, perFile int) []string {
 	var paths []string
 	k := 0
 	for f := range files {
-		var recs [][]byte
+		var buf bytes.Buffer
+		w := records.NewWriter(&buf)
 		for range perFile {
-			recs = append(recs, []byte(fmt.Sprint(k)))
+			if err := w.Write([]byte(fmt.Sprint(k))); err != nil {
+				t.Fatal(err)
+			}
 			k++
 		}
 		p := filepath.Join(dir, fmt.Sprintf("part-%d.tf_record", f))
-		if err := os.WriteFile(p, writeRecords(t, recs), 0o644); err != nil {
+		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)
@@ -420,7 +331,7 @@ func TestDatasetShardShuffleRepeat(t *testing.T) {
 func TestDatasetBatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := records.NewWriter(&buf)
 	var want []features.InputFeatures
 	for range 7 {
 		f := randomFeatures(rng, 8)

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // The fixture: a tiny training model from the Python exporter (3 labels, random weights, so
@@ -28,6 +30,7 @@ var fixture struct {
 var fixtureLabels = map[string][]string{"2": {"a", "b", "c"}, "10": {"neg", "mid", "pos"}}
 
 func TestMain(m *testing.M) {
+	testenv.VenvPython.RequireMain()
 	dir, err := os.MkdirTemp("", "classify-test-")
 	if err == nil {
 		err = writeFixture(dir)
@@ -43,14 +46,10 @@ func TestMain(m *testing.M) {
 }
 
 func writeFixture(dir string) error {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		return err
-	}
 	fixture.training = filepath.Join(dir, "training")
-	cmd := exec.Command(filepath.Join(root, ".venv/bin/python"), "-m", "bertgraph.exporter.export", "--tiny",
+	cmd := exec.Command(testenv.VenvPython.Path(), "-m", "bertgraph.exporter.export", "--tiny",
 		"--num_labels", "3", "--max_seq_length", "16", "--seed", "11", "--out", fixture.training)
-	cmd.Dir = root
+	cmd.Dir = testenv.Root()
 	cmd.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("the Python exporter could not write the tiny model (run `make setup`): %v\n%s", err, out)

@@ -320,7 +320,7 @@ func TestUsageOnHelpOnly(t *testing.T) {
 	}
 	help := out.String()
 	for _, want := range []string{"\n  -data_dir string\n", "\n  -labels names\n", "\n  -task_name string\n", "\n  -iterations_per_loop int\n", "cola, mrpc, mnli, xnli, sst-2",
-		"\n  -max_seq_length length\n", "is an error (default: the export's; run_classifier's 128 ", "\n  -do_lower_case\n", "is an error (default: the export's; run_classifier's true "} {
+		"\n  -max_seq_length length\n", "must match --saved_model (default: the export's, else 128)", "\n  -do_lower_case\n", "must match --saved_model (default: the export's, else true)"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("-help lacks %q:\n%s", want, help)
 		}

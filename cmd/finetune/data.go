@@ -12,7 +12,8 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
+	"github.com/gorovod/gorovod/tf/atomicfile"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // firstLines stops a rank's Reader after the first limit data lines of the file (all ranks'
@@ -122,7 +123,7 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 		return "", cache, false, err
 	}
 	defer out.Abort()
-	w := tfrecord.NewWriter(out)
+	w := records.NewWriter(out)
 	stream := conv.Stream(&firstLines{r: r, limit: c.MaxTrainExamples}, features.StreamOptions{BatchSize: 64})
 	defer stream.Close()
 	n := 0

@@ -12,6 +12,7 @@ import (
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // A rank's train.tf_record holds its lines (i % size == rank) of the first max_train_examples,
@@ -43,7 +44,7 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 	// The records are rank 1's lines in order: "1 w7" first.
 	f, _ := os.Open(path)
 	defer f.Close()
-	rec, err := tfrecord.NewReader(f, path).Next()
+	rec, err := records.NewReader(f, path).Next()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/checkpoint"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // rankPIDs finds the finetune processes mpirun started, by rank (OMPI_COMM_WORLD_RANK).

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // compareRuns has TensorFlow read the runs' event files and final checkpoints and reports, for

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // fakeNodesEnv is set by `make test-multinode`, which runs the tests that simulate machines.
@@ -19,7 +19,7 @@ const fakeNodesEnv = "GOROVOD_TEST_FAKE_NODES"
 // real machines, the ranks get only the environment passed with -x: here the fake CUDA runtime's.
 func onFakeNodes(t *testing.T, layout string, args ...string) *exec.Cmd {
 	t.Helper()
-	full := []string{"-k", "10", "120", filepath.Join(testenv.Root(t), "scripts", "fake-nodes", "mpirun.sh"), layout}
+	full := []string{"-k", "10", "120", filepath.Join(testenv.Root(), "scripts", "fake-nodes", "mpirun.sh"), layout}
 	for _, v := range []string{"GOROVOD_CUDART_LIBRARY", "FAKE_CUDA_DEVICES", "FAKE_FAIL", "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"} {
 		full = append(full, "-x", v)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 var (
@@ -76,8 +76,8 @@ func tinyModel(t *testing.T, dropout bool) string {
 		if !dropout {
 			args = append(args, "--no_dropout")
 		}
-		root := testenv.Root(t)
-		cmd := exec.Command(filepath.Join(root, ".venv", "bin", "python"), args...)
+		root := testenv.Root()
+		cmd := exec.Command(testenv.VenvPython.Require(t), args...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/bertgraph"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // An --init_checkpoint that does not fit the model stops every rank at setup, before any
@@ -31,7 +31,7 @@ model, out = sys.argv[1], sys.argv[2]
 checkpoint.write(out + "/foreign.ckpt", {"encoder/layer_0/foo": np.zeros([3], np.float32)})
 checkpoint.write(out + "/shapes.ckpt", {v["name"]: np.zeros([d + 1 for d in v["shape"]], np.float32)
                                         for v in contract.read(model)["variables"]})
-`, model, ckpts, testenv.Root(t))
+`, model, ckpts, testenv.Root())
 	foreign, shapes := filepath.Join(ckpts, "foreign.ckpt"), filepath.Join(ckpts, "shapes.ckpt")
 	for _, c := range []struct {
 		name, ckpt string

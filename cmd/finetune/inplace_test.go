@@ -11,7 +11,7 @@ import (
 // The gradients lie back to back in one buffer (bertgraph.FlatTensors), so horovod must reduce
 // them where they are: a 2-rank training run's timeline shows every gradient reaching
 // MPI_ALLREDUCE each step and none copied into or out of the fusion buffer. The statistics and
-// the stop request (finetune/*) are tensors of their own, fused through the buffer as usual.
+// the stop request (trainer/*) are tensors of their own, fused through the buffer as usual.
 func TestGradientsAreReducedInPlace(t *testing.T) {
 	model := tinyModel(t, false)
 	data := t.TempDir()
@@ -47,7 +47,7 @@ func TestGradientsAreReducedInPlace(t *testing.T) {
 	copies := map[string]int{}
 	for _, e := range events {
 		name := tensor[e.PID]
-		if e.Phase != "B" || strings.HasPrefix(name, "finetune/") {
+		if e.Phase != "B" || strings.HasPrefix(name, "trainer/") {
 			continue
 		}
 		switch e.Name {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
+	"github.com/gorovod/gorovod/tf/atomicfile"
 )
 
 // evalResult is what run_classifier writes to eval_results.txt.

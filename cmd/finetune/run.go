@@ -15,12 +15,13 @@ import (
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/bertgraph/trainer"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/progress"
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/ncclbackend"
 	"github.com/gorovod/gorovod/nccl"
 	"github.com/gorovod/gorovod/tf"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // job is one rank's part of a run.
@@ -336,6 +337,19 @@ func (c *console) infof(format string, args ...any) {
 func (c *console) rankf(format string, args ...any) {
 	c.write(fmt.Sprintf("finetune[rank %d]: ", c.rank) + fmt.Sprintf(format, args...))
 }
+
+// logf logs a line of the trainer's: on rank 0 as the run's, elsewhere naming the rank.
+func (c *console) logf(format string, args ...any) {
+	if c.rank == 0 {
+		c.infof(format, args...)
+	} else {
+		c.rankf(format, args...)
+	}
+}
+
+// Report and Rate make the console the trainer's Progress, through rank 0's bar.
+func (c *console) Report(s trainer.Step) { c.bar.Report(s) }
+func (c *console) Rate() float64         { return c.bar.Rate() }
 
 func (c *console) errorf(format string, args ...any) {
 	c.write(fmt.Sprintf("finetune[rank %d]: error: ", c.rank) + fmt.Sprintf(format, args...))

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/cmd/finetune/internal/dirlock"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // Files that the exporter packages inside a training SavedModel (bertgraph/exporter/contract.py).

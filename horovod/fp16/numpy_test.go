@@ -5,24 +5,17 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // numpy converts through the project virtualenv's numpy (make setup creates it): a second,
 // independent reference beside github.com/x448/float16.
 func numpy(t *testing.T, script string, in []byte) []byte {
 	t.Helper()
-	py, err := filepath.Abs("../../.venv/bin/python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(py); err != nil {
-		t.Skip("no project virtualenv (make setup creates .venv)")
-	}
-	cmd := exec.Command(py, "-c", "import sys, numpy as np\n"+script)
+	cmd := exec.Command(testenv.VenvPython.Require(t), "-c", "import sys, numpy as np\n"+script)
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

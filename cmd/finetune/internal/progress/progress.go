@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorovod/gorovod/bertgraph/trainer"
 )
 
 // Reporter writes the progress of one training run. Its methods are safe for concurrent use, so
@@ -33,15 +35,6 @@ type Reporter struct {
 	steadyExample int64
 }
 
-// Step is what one training step reports.
-type Step struct {
-	Step     int64   // global step after the update
-	Loss     float64 // mean training loss of the step over all ranks
-	LR       float64 // learning rate applied by the step
-	Examples int     // examples processed by the step, all ranks together
-	Skipped  int64   // steps skipped so far for non-finite gradients
-}
-
 // New returns a reporter for a run that goes from step first to step total. terminal selects the
 // redrawn bar (width columns); otherwise a line is written every logEvery steps.
 func New(w io.Writer, terminal bool, width int, first, total int64, logEvery int) *Reporter {
@@ -64,7 +57,7 @@ func newReporter(w io.Writer, terminal bool, width int, first, total int64, logE
 const smoothing = 0.1
 
 // Report records a finished step and updates the display.
-func (r *Reporter) Report(s Step) {
+func (r *Reporter) Report(s trainer.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.now()
@@ -109,7 +102,7 @@ func skipped(n int64) string {
 	return fmt.Sprintf(", skipped = %d", n)
 }
 
-func (r *Reporter) drawBar(s Step) {
+func (r *Reporter) drawBar(s trainer.Step) {
 	info := fmt.Sprintf(" %d/%d loss %.4f lr %.2e %.1f ex/s ETA %s%s", s.Step, r.total, s.Loss, s.LR, r.rate,
 		r.eta(s.Step), skipped(s.Skipped))
 	barWidth := r.width - len(info) - 3

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/bertgraph/trainer"
 )
 
 type clock struct{ t time.Time }
@@ -18,7 +20,7 @@ func TestPlainLinesEveryNStepsWithRatesAndETA(t *testing.T) {
 	r := newReporter(&b, false, 0, 0, 10, 4, c.now)
 	for step := int64(1); step <= 10; step++ {
 		c.tick(500 * time.Millisecond) // 2 steps/s, 64 examples per step -> 128 ex/s
-		r.Report(Step{Step: step, Loss: 1 / float64(step), LR: 1e-4, Examples: 64})
+		r.Report(trainer.Step{Step: step, Loss: 1 / float64(step), LR: 1e-4, Examples: 64})
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 3 {
@@ -42,7 +44,7 @@ func TestBarRedrawsInPlaceAndLogsMoveItAside(t *testing.T) {
 	c := &clock{t: time.Unix(0, 0)}
 	r := newReporter(&b, true, 80, 100, 200, 50, c.now)
 	c.tick(time.Second)
-	r.Report(Step{Step: 150, Loss: 0.5, LR: 2e-5, Examples: 32, Skipped: 2})
+	r.Report(trainer.Step{Step: 150, Loss: 0.5, LR: 2e-5, Examples: 32, Skipped: 2})
 	out := b.String()
 	if !strings.HasPrefix(out, "\r[") || strings.Contains(out, "\n") {
 		t.Fatalf("bar not drawn in place: %q", out)

@@ -24,8 +24,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/atomicfile"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/walltime"
+	"github.com/gorovod/gorovod/tf/atomicfile"
+	"github.com/gorovod/gorovod/tf/internal/walltime"
 )
 
 // StateFile is the name of TensorFlow's checkpoint state file.

@@ -1,7 +1,7 @@
-// Package events writes TensorBoard event files: tensorflow.Event protocol buffers framed as
+// Package summary writes TensorBoard event files: tensorflow.Event protocol buffers framed as
 // TFRecords (package tfrecord's Writer), the format of tf.summary's FileWriter, so that
 // TensorBoard and tf.compat.v1.train.summary_iterator read the training curves of a run.
-package events
+package summary
 
 import (
 	"bufio"
@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/walltime"
+	"github.com/gorovod/gorovod/tf/internal/walltime"
+	"github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // fileVersion is the first event of every file; TensorBoard checks it.
@@ -58,7 +58,7 @@ func create(dir string, now func() time.Time) (*Writer, error) {
 	path := filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s", now().Unix(), host))
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("events: %w", err)
+		return nil, fmt.Errorf("summary: %w", err)
 	}
 	buf := bufio.NewWriter(f)
 	w := &Writer{path: path, f: f, buf: buf, rec: tfrecord.NewWriter(buf), now: now}
@@ -107,10 +107,10 @@ func (w *Writer) Scalars(step int64, values map[string]float64) error {
 
 func (w *Writer) emit() error {
 	if err := w.rec.Write(w.ev); err != nil {
-		return fmt.Errorf("events: %s: %w", w.path, err)
+		return fmt.Errorf("summary: %s: %w", w.path, err)
 	}
 	if err := w.buf.Flush(); err != nil {
-		return fmt.Errorf("events: %s: %w", w.path, err)
+		return fmt.Errorf("summary: %s: %w", w.path, err)
 	}
 	return nil
 }
@@ -132,7 +132,7 @@ func (w *Writer) Close() error {
 	}
 	w.f = nil
 	if err != nil {
-		return fmt.Errorf("events: %s: %w", w.path, err)
+		return fmt.Errorf("summary: %s: %w", w.path, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package trainer
 
 import (
 	"errors"
@@ -16,12 +16,12 @@ import (
 // before. free gives the memory back; it must run before Shutdown, which frees lent memory,
 // and nothing may read the gradients afterwards (the final checkpoint, evaluation and prediction
 // read TensorFlow's variables, not these).
-func (j *job) gradientBuffer() (grads *bertgraph.FlatTensors, free func() error, err error) {
+func (t *Trainer) gradientBuffer() (grads *bertgraph.FlatTensors, free func() error, err error) {
 	n := 0
-	for _, v := range j.model.Variables() {
+	for _, v := range t.model.Variables() {
 		n += v.NumElements()
 	}
-	buf, err := j.hvd.AllocHost(4 * n)
+	buf, err := t.hvd.AllocHost(4 * n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("allocating the gradients (%d float32 values): %w", n, err)
 	}
@@ -31,18 +31,18 @@ func (j *job) gradientBuffer() (grads *bertgraph.FlatTensors, free func() error,
 	}
 	values, err := float32View(mem)
 	if err == nil {
-		grads, err = j.model.FlatTensorsOver(values)
+		grads, err = t.model.FlatTensorsOver(values)
 	}
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("the gradients' buffer: %w", err), buf.Free())
 	}
 	if buf.Lent() {
 		memory := "host memory"
-		if j.hvd.Backend() == "nccl" {
+		if t.hvd.Backend() == "nccl" {
 			memory = "pinned host memory"
 		}
-		j.console.infof("gradients in the %s backend's %s (%.1f MB): its allreduce reads and writes them in place, no staging copy",
-			j.hvd.Backend(), memory, float64(4*n)/1e6)
+		t.infof("gradients in the %s backend's %s (%.1f MB): its allreduce reads and writes them in place, no staging copy",
+			t.hvd.Backend(), memory, float64(4*n)/1e6)
 	}
 	return grads, buf.Free, nil
 }

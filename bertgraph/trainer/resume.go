@@ -1,4 +1,4 @@
-package main
+package trainer
 
 import (
 	"encoding/json"
@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // shareChunk bounds one broadcast of checkpoint bytes (and the memory it needs).
@@ -46,7 +46,7 @@ func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (resumePoint, err
 			return resumePoint{}, err
 		}
 	}
-	manBytes, err := broadcastBytes(hvd, "finetune/resume/manifest", func() []byte {
+	manBytes, err := broadcastBytes(hvd, "trainer/resume/manifest", func() []byte {
 		b, _ := json.Marshal(man)
 		return b
 	})
@@ -135,7 +135,7 @@ func shareFile(hvd *horovod.Horovod, path string, size int64, index int, w io.Wr
 		if err != nil {
 			return err
 		}
-		name := fmt.Sprintf("finetune/resume/file%d/chunk%d", index, chunk)
+		name := fmt.Sprintf("trainer/resume/file%d/chunk%d", index, chunk)
 		if err := hvd.BroadcastVariables([]horovod.NamedTensor{{Name: name, Tensor: t}}, 0); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package events
+package summary
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // TensorFlow's own reader must see the file version, then every step with its tags and values.

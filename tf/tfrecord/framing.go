@@ -73,9 +73,9 @@ func NewReader(r io.Reader, path string) *Reader {
 	return &Reader{r: bufio.NewReaderSize(r, 1<<16), path: path}
 }
 
-// reset reads from src from its start, keeping the buffers: a Dataset reads file after file,
-// epoch after epoch, with one Reader.
-func (r *Reader) reset(src io.Reader, path string) {
+// Reset reads from src from its start, keeping the buffers: a reader of many files (a
+// dataset, file after file, epoch after epoch) needs one Reader.
+func (r *Reader) Reset(src io.Reader, path string) {
 	r.r.Reset(src)
 	r.path, r.offset = path, 0
 }

@@ -1,4 +1,4 @@
-package main
+package trainer
 
 import (
 	"os"
@@ -9,8 +9,9 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
 	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
+	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
 // writeRecords writes n training records whose first input id is their number.
@@ -21,7 +22,7 @@ func writeRecords(t *testing.T, path string, n int) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := tfrecord.NewWriter(f)
+	w := records.NewWriter(f)
 	for i := range n {
 		rec := tfrecord.EncodeFeatures(features.InputFeatures{
 			InputIDs: []int32{int32(100 + i), 1, 0, 0}, InputMask: []int32{1, 1, 0, 0},

@@ -1,4 +1,4 @@
-package main
+package trainer
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
-	"github.com/gorovod/gorovod/cmd/finetune/internal/checkpoint"
+	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
 // positionSuffix names the file beside a checkpoint's index and data shards that records where
@@ -80,10 +80,8 @@ func sizeChangeWarning(prefix string, pos inputPosition, ranks int) string {
 	if pos.Ranks == 0 || pos.Ranks == ranks {
 		return ""
 	}
-	return fmt.Sprintf("warning: %s was saved by a run of %d rank(s), this one has %d: training continues from its global step, "+
-		"but the number of training steps and the peak learning rate (--learning_rate x ranks) follow the new size, "+
-		"and the training data is sharded anew: each rank skips %d batches of its new shard, so the examples trained on "+
-		"from here differ from those of an uninterrupted run of %d rank(s)", prefix, pos.Ranks, ranks, pos.Batches, pos.Ranks)
+	return fmt.Sprintf("warning: %s was saved by a run of %d rank(s), this one has %d: the steps, the peak learning rate and the data shards follow the new size "+
+		"(each rank skips %d batches of its new shard)", prefix, pos.Ranks, ranks, pos.Batches)
 }
 
 // skipBatches advances ds past the records of batches batches of batchSize. Next reads and

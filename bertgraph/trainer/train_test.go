@@ -1,4 +1,4 @@
-package main
+package trainer
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/events"
+	"github.com/gorovod/gorovod/tf/summary"
 )
 
 // failingWriter records what reaches it and fails Scalars from failAt on, and Close when told.
@@ -74,7 +74,7 @@ func TestSummariesWarnOnceAndNeverStopTraining(t *testing.T) {
 
 	// The real writer on a file that closes cleanly: no warning, and the steps are in it.
 	warned = nil
-	ev, err := events.Create(t.TempDir())
+	ev, err := summary.Create(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

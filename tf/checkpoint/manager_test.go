@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // fakeSave writes the two files of a V2 checkpoint with recognisable contents.

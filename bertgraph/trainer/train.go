@@ -1,0 +1,326 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/summary"
+)
+
+// maxConsecutiveSkips ends a run whose gradients stay non-finite: it has diverged, and skipping
+// forever would only burn the allocation.
+const maxConsecutiveSkips = 100
+
+// Start makes every rank start from the same state (Horovod's broadcast_variables): the latest
+// checkpoint of rank 0's directory (model, optimizer slots and global step, on every rank), or
+// else the SavedModel's weights with InitCheckpoint applied on rank 0, broadcast from it. It
+// returns the global step and the batches of training data drawn before it.
+func (t *Trainer) Start() (Position, error) {
+	prefix := ""
+	if t.rank == 0 {
+		p, _, ok, err := t.ckpts.Latest()
+		if err != nil {
+			return Position{}, err
+		}
+		if ok {
+			prefix = p
+		}
+	}
+	resume, err := shareCheckpoint(t.hvd, prefix, t.opts.Dir)
+	if err != nil {
+		return Position{}, err
+	}
+	if local := resume.Prefix; local != "" {
+		if err := t.model.Restore(local); err != nil {
+			return Position{}, err
+		}
+		got, err := t.model.GlobalStep()
+		if err != nil {
+			return Position{}, err
+		}
+		if got != resume.Step {
+			return Position{}, fmt.Errorf("checkpoint %s holds global_step %d, its name says %d", local, got, resume.Step)
+		}
+		t.infof("resuming from %s at step %d", prefix, resume.Step)
+		if w := sizeChangeWarning(prefix, resume.inputPosition, t.size); w != "" {
+			t.infof("%s", w)
+		}
+		if local != prefix { // a received copy: restored, no longer needed
+			os.RemoveAll(filepath.Dir(local))
+		}
+		return Position{resume.Step, resume.Batches}, nil
+	}
+	if t.rank == 0 && t.opts.InitCheckpoint != "" {
+		report, err := t.model.InitFromCheckpoint(t.opts.InitCheckpoint)
+		if err != nil {
+			return Position{}, err
+		}
+		t.infof("%s", report.String())
+	}
+	values := t.model.NewFlatTensors()
+	if err := t.model.ReadVariables(values); err != nil {
+		return Position{}, err
+	}
+	if err := t.hvd.BroadcastVariables(t.named(values), 0); err != nil {
+		return Position{}, err
+	}
+	if t.rank != 0 {
+		if err := t.model.AssignVariables(values); err != nil {
+			return Position{}, err
+		}
+	}
+	// A fresh start: one batch per step for whatever steps the SavedModel already holds.
+	step, err := t.model.GlobalStep()
+	return Position{step, step}, err
+}
+
+// named views each variable's part of f as a horovod tensor named after the variable.
+func (t *Trainer) named(f *bertgraph.FlatTensors) []horovod.NamedTensor {
+	vars := t.model.Variables()
+	out := make([]horovod.NamedTensor, len(vars))
+	for i, v := range vars {
+		shape := make([]int, len(v.Shape))
+		for k, d := range v.Shape {
+			shape[k] = int(d)
+		}
+		tensor, _ := horovod.NewTensor(shape, f.Parts[i])
+		out[i] = horovod.NamedTensor{Name: v.Name, Tensor: tensor}
+	}
+	return out
+}
+
+// Train trains from the position Start returned until the schedule's last step or an agreed stop
+// request: every step draws a batch of data (this rank's examples), computes the gradients, sums
+// them over the ranks and applies the average; rank 0 reports the step, writes its summaries and
+// saves the checkpoints, the last one after the last step. A resumed run first skips the batches
+// drawn before the checkpoint, so it trains on the examples an uninterrupted run would.
+func (t *Trainer) Train(data *tfrecord.Dataset, from Position) (Result, error) {
+	if from.Step >= t.opts.Schedule.TrainSteps {
+		return Result{Step: from.Step}, nil
+	}
+	if err := skipBatches(data, from.Batches, t.opts.BatchSize); err != nil {
+		return Result{Step: from.Step}, err
+	}
+	step, stopped, err := t.loop(data, from.Step, from.Batches)
+	return Result{Step: step, Stopped: stopped}, err
+}
+
+// loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
+// and on rank 0 the progress, the summaries and the checkpoints.
+func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Signal, error) {
+	o := &t.opts
+	compression := horovod.NoCompression
+	if o.FP16 {
+		compression = horovod.FP16Compression
+	}
+	// In place: the sums overwrite the gradients in their one contiguous buffer, which the
+	// backend reduces with a single call and Apply then reads; no copy of 90 MB per step. The
+	// 1/size of the average is left to Apply (DeferAverage), which folds it into the multiply
+	// clipping does anyway: no pass over the 90 MB for it either.
+	reducer, err := t.hvd.NewReducer(horovod.ReducerOptions{Compression: compression, InPlace: true, DeferAverage: true})
+	if err != nil {
+		return step, nil, err
+	}
+	grads, freeGrads, err := t.gradientBuffer()
+	if err != nil {
+		return step, nil, err
+	}
+	// Given back as the loop ends, before Shutdown frees the backend's memory; nothing reads
+	// the gradients after the loop. A failure to give it back is only logged: training and its
+	// checkpoint are done, and Shutdown frees the memory anyway.
+	defer func() {
+		if ferr := freeGrads(); ferr != nil {
+			o.Logf("warning: giving back the gradients' memory: %v", ferr)
+		}
+	}()
+	named := t.named(grads)
+
+	var curves *summaries
+	if t.rank == 0 {
+		ev, err := summary.Create(o.Dir)
+		if err != nil {
+			return step, nil, err
+		}
+		curves = newSummaries(ev, o.Logf)
+		defer curves.close()
+	}
+	// Beside the gradients, every step agrees on two small tensors: the step's statistics, summed
+	// over the ranks, and the stop request, the largest signal number any rank received.
+	localStats := make([]float64, 3) // this rank's loss, correct predictions, examples
+	localStop := make([]int32, 1)    // the signal this rank received, 0 for none
+	localStatsTensor, _ := horovod.NewTensor(nil, localStats)
+	localStopTensor, _ := horovod.NewTensor(nil, localStop)
+	var skipped, consecutive int64
+	var stopped os.Signal
+	globalBatch := o.BatchSize * t.size
+	batch := features.NewBatch(o.BatchSize, t.model.Contract().MaxSeqLength) // refilled every step
+	for step < o.Schedule.TrainSteps && stopped == nil {
+		if err := data.ReadBatch(batch, true); err != nil {
+			return step, nil, err
+		}
+		drawn++
+		st, err := t.model.TrainStep(batch, bertgraph.DropoutSeed{o.Seed + int64(t.rank), step}, grads)
+		if err != nil {
+			return step, nil, err
+		}
+		localStats[0], localStats[1], localStats[2] = float64(st.Loss), float64(st.Correct), float64(st.Examples)
+		localStop[0] = 0
+		if o.Stop != nil {
+			if sig, ok := o.Stop().(syscall.Signal); ok { // SIGINT, SIGTERM: numbers every rank reads alike
+				localStop[0] = int32(sig)
+			}
+		}
+		// The statistics travel beside the gradients: submitted first, they negotiate in the
+		// same cycle as the reducer's tensors.
+		statsPending, err := t.hvd.AllreduceAsync("trainer/step_stats", localStatsTensor, horovod.AllreduceOptions{Op: horovod.Sum})
+		if err != nil {
+			return step, nil, err
+		}
+		stopPending, err := t.hvd.AllreduceAsync("trainer/stop", localStopTensor, horovod.AllreduceOptions{Op: horovod.Max})
+		if err != nil {
+			return step, nil, err
+		}
+		if _, _, err := reducer.Reduce(named); err != nil {
+			return step, nil, err
+		}
+		totalStats, err := statsPending.Wait()
+		if err != nil {
+			return step, nil, err
+		}
+		agreedStop, err := stopPending.Wait()
+		if err != nil {
+			return step, nil, err
+		}
+		lr := o.Schedule.LearningRate(step)
+		res, err := t.model.Apply(grads, float32(reducer.GradientScale()), float32(lr), float32(o.ClipNorm))
+		if err != nil {
+			return step, nil, err
+		}
+		if !res.Applied {
+			skipped++
+			consecutive++
+			t.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)", step, res.GlobalNorm, skipped)
+			if consecutive >= maxConsecutiveSkips {
+				return step, nil, fmt.Errorf("the gradients were not finite for %d steps in a row at step %d: training diverged", consecutive, step)
+			}
+		} else {
+			consecutive = 0
+		}
+		step = res.GlobalStep
+		stopped = signalOf(agreedStop)
+		if t.rank != 0 {
+			continue
+		}
+		totals, _ := horovod.Values[float64](totalStats)
+		report := Step{Step: step, Loss: totals[0] / float64(t.size), LR: lr, GlobalNorm: float64(res.GlobalNorm),
+			Accuracy: totals[1] / max(1, totals[2]), Examples: globalBatch, Skipped: skipped}
+		rate := math.NaN()
+		if o.Progress != nil {
+			o.Progress.Report(report)
+			rate = o.Progress.Rate()
+		}
+		curves.write(step, report.Loss, lr, report.GlobalNorm, rate, report.Accuracy)
+		if res.Applied && o.SaveCheckpointsSteps > 0 && step%int64(o.SaveCheckpointsSteps) == 0 {
+			if err := t.saveCheckpoint(step, drawn); err != nil {
+				return step, nil, err
+			}
+		}
+	}
+	if t.rank == 0 {
+		if err := t.saveCheckpoint(step, drawn); err != nil {
+			return step, nil, err
+		}
+		curves.close()
+	}
+	if stopped != nil {
+		// No rank leaves before rank 0's checkpoint is complete.
+		if err := t.hvd.Barrier(); err != nil {
+			return step, nil, err
+		}
+	}
+	return step, stopped, nil
+}
+
+// saveCheckpoint saves the model and optimizer state of global step step, with the number of
+// batches drawn so far (see positionSuffix).
+func (t *Trainer) saveCheckpoint(step, drawn int64) error {
+	if t.ckpts.IsLatest(step) { // the final save coincides with a periodic one
+		return nil
+	}
+	p, err := t.ckpts.Save(step, withInputPosition(func(prefix string) error {
+		_, err := t.model.Save(prefix)
+		return err
+	}, drawn, t.size))
+	if err == nil {
+		t.infof("saved checkpoint %s", p)
+	}
+	return err
+}
+
+// signalOf reads the agreed stop request: a signal number, 0 for none.
+func signalOf(agreed horovod.Tensor) os.Signal {
+	v, err := horovod.Values[int32](agreed)
+	if err != nil || len(v) != 1 || v[0] == 0 {
+		return nil
+	}
+	return syscall.Signal(v[0])
+}
+
+// scalarWriter is what the training loop needs of an events file (*summary.Writer).
+type scalarWriter interface {
+	Scalars(step int64, values map[string]float64) error
+	Close() error
+	Path() string
+}
+
+// summaries writes rank 0's training curves to the events file. The curves serve TensorBoard;
+// the checkpoints are what a run produces. So a failure to write or complete the file does not
+// stop training: it is logged as a warning naming the file, once, and the summaries end there.
+type summaries struct {
+	w      scalarWriter // nil once closed or failed
+	values map[string]float64
+	warnf  func(format string, args ...any)
+}
+
+func newSummaries(w scalarWriter, warnf func(format string, args ...any)) *summaries {
+	return &summaries{w: w, values: make(map[string]float64, 5), warnf: warnf}
+}
+
+// write records one step's scalars, through one map reused every step.
+func (s *summaries) write(step int64, loss, lr, globalNorm, examplesPerSec, accuracy float64) {
+	if s.w == nil {
+		return
+	}
+	s.values["loss"], s.values["learning_rate"], s.values["global_norm"] = loss, lr, globalNorm
+	s.values["examples_per_sec"], s.values["train_accuracy"] = examplesPerSec, accuracy
+	if math.IsNaN(examplesPerSec) { // no Progress measured it
+		delete(s.values, "examples_per_sec")
+	}
+	if err := s.w.Scalars(step, s.values); err != nil {
+		s.fail(fmt.Sprintf("from step %d on", step), err)
+	}
+}
+
+// close completes the file: flushed, synced and closed. Later calls do nothing.
+func (s *summaries) close() {
+	if s.w == nil {
+		return
+	}
+	if err := s.w.Close(); err != nil {
+		s.warnf("warning: the TensorBoard events file %s could not be completed, its last steps may be missing: %v", s.w.Path(), err)
+	}
+	s.w = nil
+}
+
+func (s *summaries) fail(what string, err error) {
+	s.warnf("warning: the TensorBoard events file %s lacks the summaries %s: %v (training goes on; its checkpoints are unaffected)", s.w.Path(), what, err)
+	s.w.Close()
+	s.w = nil
+}

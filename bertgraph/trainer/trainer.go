@@ -1,0 +1,135 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/schedule"
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
+)
+
+// Options configure a Trainer. Dir, Schedule and BatchSize are required; the rest has defaults.
+type Options struct {
+	// Dir is the rank's output directory, made if missing: on rank 0 the checkpoints and the
+	// TensorBoard events file, on the others the copy of the checkpoint rank 0 resumes from (under
+	// Dir/resume).
+	Dir string
+	// Checkpoints manages rank 0's checkpoints; nil opens one on Dir keeping the 5 newest
+	// (tf.estimator's default). Other ranks ignore it.
+	Checkpoints *checkpoint.Manager
+	// SaveCheckpointsSteps saves a checkpoint every that many steps; 0 saves only the last.
+	SaveCheckpointsSteps int
+	// InitCheckpoint is a Google BERT checkpoint that rank 0 applies to the SavedModel's weights
+	// when Dir holds no checkpoint to resume from ("": the SavedModel's own weights).
+	InitCheckpoint string
+
+	// Schedule is the run's length and learning rate (schedule.New).
+	Schedule schedule.Schedule
+	// BatchSize is the number of examples each rank trains on per step.
+	BatchSize int
+	// Seed seeds the dropout of every step: rank r's step s uses (Seed + r, s).
+	Seed int64
+	// ClipNorm is the global norm the averaged gradients are clipped to.
+	ClipNorm float64
+	// FP16 compresses the gradients to float16 for the allreduce.
+	FP16 bool
+
+	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
+	// for no). The ranks agree on the request beside the step's gradients, so all of them stop
+	// after the same step, rank 0 with a checkpoint of it.
+	Stop func() os.Signal
+	// Progress, on rank 0, is told of every step; nil tells nothing.
+	Progress Progress
+	// Logf receives the run's log lines: the resume point, the checkpoints saved, skipped
+	// updates on rank 0, and a rank's own warnings on that rank. nil: log.Printf.
+	Logf func(format string, args ...any)
+}
+
+// Progress follows rank 0's training (a progress bar, a log line every n steps).
+type Progress interface {
+	Report(Step)
+	// Rate is the smoothed number of examples per second, all ranks together, which the
+	// summaries record as examples_per_sec.
+	Rate() float64
+}
+
+// Step is what one training step reports on rank 0.
+type Step struct {
+	Step       int64   // global step after the update
+	Loss       float64 // mean training loss of the step over all ranks
+	LR         float64 // learning rate applied by the step
+	GlobalNorm float64 // global norm of the averaged gradients, before clipping
+	Accuracy   float64 // training accuracy of the step over all ranks
+	Examples   int     // examples trained on by the step, all ranks together
+	Skipped    int64   // updates skipped so far for non-finite gradients
+}
+
+// Position is where a run starts: the global step the weights hold and the batches of training
+// data each rank drew before it (more than the steps when updates were skipped).
+type Position struct {
+	Step, Batches int64
+}
+
+// Result is how a Train call ended.
+type Result struct {
+	// Step is the global step reached, whose checkpoint rank 0 saved.
+	Step int64
+	// Stopped is the signal whose stop request ended the run before the schedule's last step,
+	// nil when the run completed.
+	Stopped os.Signal
+}
+
+// Trainer trains one rank's copy of a SavedModel data-parallel with its peers, as Horovod's
+// DistributedOptimizer does: every rank computes the gradients of its own batch, the ranks sum
+// them with a fused allreduce, and every rank applies the same averaged update. Every rank calls
+// Start, then Train, in the same order.
+type Trainer struct {
+	hvd        *horovod.Horovod
+	model      *bertgraph.Model
+	opts       Options
+	rank, size int
+	ckpts      *checkpoint.Manager // rank 0's; nil on the others
+}
+
+// New returns the trainer of model on this rank of hvd.
+func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, error) {
+	switch {
+	case hvd == nil || model == nil:
+		return nil, errors.New("trainer: no horovod or no model")
+	case opts.Dir == "":
+		return nil, errors.New("trainer: no output directory (Options.Dir)")
+	case opts.BatchSize <= 0:
+		return nil, fmt.Errorf("trainer: batch size %d per rank, want at least 1", opts.BatchSize)
+	case opts.Schedule.TrainSteps <= 0:
+		return nil, errors.New("trainer: no schedule (Options.Schedule, from schedule.New)")
+	}
+	if opts.Logf == nil {
+		opts.Logf = log.Printf
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	t := &Trainer{hvd: hvd, model: model, opts: opts, rank: hvd.Rank(), size: hvd.Size()}
+	if t.rank == 0 {
+		t.ckpts = opts.Checkpoints
+		if t.ckpts == nil {
+			var err error
+			if t.ckpts, err = checkpoint.Open(opts.Dir, 5, 0); err != nil {
+				return nil, err
+			}
+			t.ckpts.Warnf = opts.Logf
+		}
+	}
+	return t, nil
+}
+
+// infof logs a line of the run, on rank 0 only.
+func (t *Trainer) infof(format string, args ...any) {
+	if t.rank == 0 {
+		t.opts.Logf(format, args...)
+	}
+}

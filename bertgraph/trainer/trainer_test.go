@@ -1,0 +1,87 @@
+package trainer_test
+
+import (
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/schedule"
+	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/bertgraph/trainer"
+	"github.com/gorovod/gorovod/horovod"
+	"github.com/gorovod/gorovod/tf/checkpoint"
+)
+
+// steps records what the trainer reports.
+type steps []trainer.Step
+
+func (s *steps) Report(st trainer.Step) { *s = append(*s, st) }
+func (s *steps) Rate() float64          { return 1 }
+
+// A stop request ends Train after the step it arrived in, with that step's checkpoint; a new
+// trainer (a fresh model) starts from it, and the two runs together train every step once.
+func TestStopThenResume(t *testing.T) {
+	hvd, err := horovod.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	sched, err := schedule.New(32, 8, 1, 0, 1e-3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	run := func(stopAt int) (trainer.Position, trainer.Result, steps) {
+		t.Helper()
+		model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer model.Close()
+		var reported steps
+		calls := 0
+		stop := func() os.Signal {
+			if calls++; calls == stopAt {
+				return syscall.SIGINT
+			}
+			return nil
+		}
+		tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1,
+			Stop: stop, Progress: &reported, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, err := tr.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{ShuffleBuffer: 8, Seed: 1, Repeat: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer data.Close()
+		res, err := tr.Train(data, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return from, res, reported
+	}
+
+	from, res, reported := run(2)
+	if from != (trainer.Position{}) || res.Step != 2 || res.Stopped != syscall.SIGINT || len(reported) != 2 {
+		t.Fatalf("first run: from %+v, result %+v, %d steps reported; want from 0, stopped by SIGINT after step 2", from, res, len(reported))
+	}
+	if _, step, ok, err := checkpoint.Latest(dir); !ok || step != 2 || err != nil {
+		t.Fatalf("latest checkpoint after the stop: step %d, ok %v, %v", step, ok, err)
+	}
+	from, res, reported = run(0)
+	if from != (trainer.Position{Step: 2, Batches: 2}) || res.Step != 4 || res.Stopped != nil {
+		t.Fatalf("resumed run: from %+v, result %+v; want from step 2 to the schedule's 4", from, res)
+	}
+	for i, st := range reported {
+		if st.Step != int64(3+i) || st.Examples != 8 || !(st.Loss > 0) || st.LR != sched.LearningRate(int64(2+i)) {
+			t.Errorf("resumed run's report %d: %+v", i, st)
+		}
+	}
+}
