@@ -99,9 +99,11 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # GOROVOD_TEST_REQUIRE: a missing fixture fails the test instead of skipping it (tf/testenv).
-# The IMDB tests need `make data`, which test-data runs them after.
+# The IMDB tests need `make data`, which test-data runs them after. A package's tests may take
+# longer than go test's default 10 minutes on a 2-core machine doing other work (bertgraph and
+# cmd/finetune train models and run mpirun jobs); each test bounds its own jobs.
 go-test:
-	GOROVOD_TEST_REQUIRE=1 $(GO) test -count=1 -skip IMDB ./...
+	GOROVOD_TEST_REQUIRE=1 $(GO) test -count=1 -timeout 30m -skip IMDB ./...
 
 py-test:
 	$(PY) -m pytest -q
