@@ -103,3 +103,28 @@ func cpuBF16From(path string) CPUBF16 {
 	}
 	return CPUBF16{}
 }
+
+// AMPPrecision resolves an --amp setting: "" or "false" is Float32; "true" chooses by the
+// hardware (float16 with loss scaling on a GPU, bfloat16 on a CPU with AVX512-BF16 or AMX, else
+// float32, since bfloat16 products emulated in float32 arithmetic run slower than float32
+// ones); a precision name (ParsePrecision) forces it. The second result says what was chosen
+// and why, for the log.
+func AMPPrecision(amp string, onGPU bool, cpu CPUBF16) (Precision, string, error) {
+	switch strings.ToLower(amp) {
+	case "", "false", "0":
+		return Float32, "float32 (--amp off)", nil
+	case "true", "1":
+		switch {
+		case onGPU:
+			return Float16, "float16 matrix products with dynamic loss scaling (--amp on a GPU)", nil
+		case cpu.Supported():
+			return BFloat16, fmt.Sprintf("bfloat16 matrix products (--amp; the CPU has %s)", cpu), nil
+		}
+		return Float32, fmt.Sprintf("float32: --amp asked for bfloat16, but the CPU lacks AVX512-BF16 and AMX (%s), where bfloat16 runs slower than float32 (--amp=bf16 forces it)", cpu), nil
+	}
+	p, err := ParsePrecision(amp)
+	if err != nil {
+		return Float32, "", fmt.Errorf("--amp=%s: want true, false, bf16 or fp16", amp)
+	}
+	return p, fmt.Sprintf("%s matrix products (--amp=%s forced; CPU: %s)", p, amp, cpu), nil
+}

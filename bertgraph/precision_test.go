@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -152,5 +153,32 @@ json.dump({n: d.name for n, d in tf.train.load_checkpoint(sys.argv[1]).get_varia
 				}
 			}
 		})
+	}
+}
+
+func TestAMPPrecisionChoosesByHardware(t *testing.T) {
+	none, amx := CPUBF16{Read: true}, CPUBF16{AMXBF16: true, Read: true}
+	for _, tc := range []struct {
+		amp   string
+		gpu   bool
+		cpu   CPUBF16
+		want  Precision
+		words string
+	}{
+		{"", false, amx, Float32, "--amp off"},
+		{"false", true, amx, Float32, "--amp off"},
+		{"true", true, none, Float16, "loss scaling"},
+		{"true", false, amx, BFloat16, "amx_bf16 yes"},
+		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (avx512_bf16 no, amx_bf16 no)"},
+		{"bf16", false, none, BFloat16, "forced"},
+		{"fp16", false, none, Float16, "forced"},
+	} {
+		got, why, err := AMPPrecision(tc.amp, tc.gpu, tc.cpu)
+		if err != nil || got != tc.want || !strings.Contains(why, tc.words) {
+			t.Errorf("--amp=%q gpu %v %s: %v %q %v; want %v, a reason with %q", tc.amp, tc.gpu, tc.cpu, got, why, err, tc.want, tc.words)
+		}
+	}
+	if _, _, err := AMPPrecision("fp8", false, none); err == nil || !strings.Contains(err.Error(), "--amp=fp8") {
+		t.Errorf("--amp=fp8: %v", err)
 	}
 }

@@ -34,6 +34,8 @@ type job struct {
 	ckpts      *checkpoint.Manager // rank 0's checkpoints (nil on other ranks)
 	stop       *stopper
 	console    *console
+	// lossScale is the loss scale after the last training step (1 unless float16).
+	lossScale float32
 }
 
 // errInterrupted ends a run stopped by a signal: in the training loop after rank 0 wrote the
@@ -205,7 +207,12 @@ func (j *job) prepare() error {
 	if err != nil {
 		return err
 	}
-	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions(gpus)})
+	precision, why, err := bertgraph.AMPPrecision(c.AMP, gpus != "", bertgraph.DetectCPUBF16())
+	if err != nil {
+		return err
+	}
+	j.console.infof("precision: %s", why)
+	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions(gpus), Precision: precision})
 	if err != nil {
 		return err
 	}

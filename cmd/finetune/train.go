@@ -293,10 +293,11 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 		if err != nil {
 			return step, err
 		}
+		j.lossScale = res.LossScale
 		if !res.Applied {
 			skipped++
 			consecutive++
-			j.console.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)", step, res.GlobalNorm, skipped)
+			j.console.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)%s", step, res.GlobalNorm, skipped, j.lossScaleNote())
 			if consecutive >= maxConsecutiveSkips {
 				return step, fmt.Errorf("the gradients were not finite for %d steps in a row at step %d: training diverged", consecutive, step)
 			}
@@ -313,6 +314,9 @@ func (j *job) loop(ds *tfrecord.Dataset, sched schedule.Schedule, step, drawn in
 		totals, _ := horovod.Values[float64](sum)
 		loss := totals[0] / float64(j.size)
 		j.console.bar.Report(progress.Step{Step: step, Loss: loss, LR: lr, Examples: globalBatch, Skipped: skipped})
+		if j.model.Precision() == bertgraph.Float16 {
+			sums.also("loss_scale", float64(res.LossScale))
+		}
 		sums.write(step, loss, lr, float64(res.GlobalNorm), j.console.bar.Rate(), totals[1]/max(1, totals[2]))
 		if res.Applied && c.SaveCheckpointsSteps > 0 && step%int64(c.SaveCheckpointsSteps) == 0 {
 			if err := j.saveCheckpoint(step, drawn); err != nil {
@@ -393,6 +397,17 @@ func (s *summaries) write(step int64, loss, lr, globalNorm, examplesPerSec, accu
 	if err := s.w.Scalars(step, s.values); err != nil {
 		s.fail(fmt.Sprintf("from step %d on", step), err)
 	}
+}
+
+// also adds a scalar to the next write's (and every later one's).
+func (s *summaries) also(tag string, v float64) { s.values[tag] = v }
+
+// lossScaleNote is what the log says of the loss scale after a skipped step: it was halved.
+func (j *job) lossScaleNote() string {
+	if j.model.Precision() != bertgraph.Float16 {
+		return ""
+	}
+	return fmt.Sprintf(", loss scale now %v", j.lossScale)
 }
 
 // close completes the file: flushed, synced and closed. Later calls do nothing.
