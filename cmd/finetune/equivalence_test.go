@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gorovod/gorovod/cmd/finetune/internal/testenv"
@@ -110,4 +111,52 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 const (
 	fp16LossBound      = 1e-3
 	fp16WeightFraction = 0.1
+)
+
+// The same equivalence in mixed precision (forced: this must hold on any CPU): 1 rank x 2b
+// against 2 ranks x b, both with --amp=bf16 (and both with --amp=fp16, loss-scaled). The ranks'
+// products round to 8 (bfloat16) or 11 (float16) significant bits over b rows instead of 2b
+// (a weight gradient is one product over the batch), so unlike float32 the two sides differ by
+// that rounding; Adam's update m/sqrt(v) is scale-free, a weight moves by at most about the
+// learning rate per step whatever the rounding. Bounds (docs/mixed-precision.md): loss within
+// ampLossBound, weights within steps x peak learning rate x ampWeightFraction. Every rank takes
+// the same loss-scale decisions (float16): the runs' skipped steps, if any, would differ in the
+// losses TensorBoard got, which are compared step by step.
+func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
+	model := tinyModel(t, false)
+	data := t.TempDir()
+	const b, steps = 4, 6
+	writeData(t, data, 2*b*steps, 8, 8)
+	common := []string{"--do_train", "--num_train_epochs=1", "--warmup_proportion=0", "--shuffle_buffer=0",
+		"--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
+	float32Run := filepath.Join(t.TempDir(), "float32")
+	mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, float32Run, append(common, "--train_batch_size=8", "--learning_rate=2e-3")...)...))
+	for _, amp := range []string{"bf16", "fp16"} {
+		one, two := filepath.Join(t.TempDir(), "one-"+amp), filepath.Join(t.TempDir(), "two-"+amp)
+		log := mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, one, append(common, "--train_batch_size=8", "--learning_rate=2e-3", "--amp="+amp)...)...))
+		name := map[string]string{"bf16": "bfloat16", "fp16": "float16"}[amp]
+		if want := "precision: " + name + " matrix products (--amp=" + name + " forced; CPU: "; !strings.Contains(log, want) {
+			t.Errorf("the log does not say %q:\n%s", want, log)
+		}
+		mustSucceed(t, mpirun(t, 2, tinyFlags(model, data, two, append(common, "--train_batch_size=4", "--learning_rate=1e-3", "--amp="+amp)...)...))
+		got := diffRuns(t, one, two, float32Run)
+		ranks, vsFloat32 := got[0], got[1]
+		t.Logf("--amp=%s: 2 ranks vs 1 rank %+v; 1 rank vs float32 %+v", amp, ranks, vsFloat32)
+		if ranks.Steps != steps || ranks.Variables < 3*40 {
+			t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", ranks.Steps, ranks.Variables, steps)
+		}
+		if ranks.MaxLossDiff > ampLossBound || ranks.MaxWeightDiff > steps*2e-3*ampWeightFraction {
+			t.Errorf("--amp=%s: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g (bound %g), weights by %g (bound %g)",
+				amp, b, 2*b, ranks.MaxLossDiff, ampLossBound, ranks.MaxWeightDiff, steps*2e-3*ampWeightFraction)
+		}
+		// The mixed-precision run really is one: it differs from float32's.
+		if vsFloat32.MaxWeightDiff == 0 {
+			t.Errorf("--amp=%s trained exactly as float32: are the mixed signatures driven?", amp)
+		}
+	}
+}
+
+const (
+	ampLossBound      = 1e-2
+	ampWeightFraction = 0.5
 )
