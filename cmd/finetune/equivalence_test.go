@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,6 +46,28 @@ for d in sys.argv[2:]:
 print(json.dumps(out))
 `
 
+// The equivalence runs: equivalenceSteps steps of equivalenceBatch examples per rank on 2 ranks,
+// of twice that on 1 rank.
+const equivalenceBatch, equivalenceSteps = 4, 6
+
+// equivalenceRunner exports the tiny model without dropout and writes the data once; the function
+// it returns trains it on 1 or 2 ranks (batch and learning rate chosen for that size, with extra
+// flags) into a new output directory named name and returns the directory and the log.
+func equivalenceRunner(t *testing.T) func(ranks int, name string, extra ...string) (string, string) {
+	model := tinyModel(t, false)
+	data := t.TempDir()
+	writeData(t, data, 2*equivalenceBatch*equivalenceSteps, 8, 8)
+	common := []string{"--do_train", "--num_train_epochs=1", "--warmup_proportion=0", "--shuffle_buffer=0",
+		"--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
+	return func(ranks int, name string, extra ...string) (string, string) {
+		// 1 rank x 2b at learning rate 2e-3 is 2 ranks x b at 1e-3 (the schedule scales it by 2).
+		flags := []string{fmt.Sprintf("--train_batch_size=%d", 2*equivalenceBatch/ranks), fmt.Sprintf("--learning_rate=%g", 2e-3/float64(ranks))}
+		dir := filepath.Join(t.TempDir(), name)
+		log := mustSucceed(t, mpirun(t, ranks, tinyFlags(model, data, dir, slices.Concat(common, flags, extra)...)...))
+		return dir, log
+	}
+}
+
 // runDiff is what compareRuns reports for one run against the first.
 type runDiff struct {
 	Steps         int     `json:"steps"`
@@ -69,19 +93,12 @@ func diffRuns(t *testing.T, dirs ...string) []runDiff {
 // (scaled by its size) is the 1-rank one. Losses and every saved variable must agree within 1e-5
 // with an fp32 allreduce; with fp16 compression within the bound documented in README.
 func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
-	model := tinyModel(t, false)
-	data := t.TempDir()
-	const b, steps = 4, 6
-	writeData(t, data, 2*b*steps, 8, 8)
-	common := []string{"--do_train", "--num_train_epochs=1", "--warmup_proportion=0", "--shuffle_buffer=0",
-		"--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
-	one := filepath.Join(t.TempDir(), "one")
-	mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, one, append(common, "--train_batch_size=8", "--learning_rate=2e-3")...)...))
+	const b, steps = equivalenceBatch, equivalenceSteps
+	train := equivalenceRunner(t)
+	one, _ := train(1, "one")
 	runs := []string{one}
 	for _, fp16 := range []string{"false", "true"} {
-		dir := filepath.Join(t.TempDir(), "two-fp16-"+fp16)
-		mustSucceed(t, mpirun(t, 2, tinyFlags(model, data, dir, append(common, "--train_batch_size=4", "--learning_rate=1e-3",
-			"--use_fp16="+fp16)...)...))
+		dir, _ := train(2, "two-fp16-"+fp16, "--use_fp16="+fp16)
 		runs = append(runs, dir)
 	}
 	got := diffRuns(t, runs...)
@@ -123,22 +140,16 @@ const (
 // the same loss-scale decisions (float16): the runs' skipped steps, if any, would differ in the
 // losses TensorBoard got, which are compared step by step.
 func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
-	model := tinyModel(t, false)
-	data := t.TempDir()
-	const b, steps = 4, 6
-	writeData(t, data, 2*b*steps, 8, 8)
-	common := []string{"--do_train", "--num_train_epochs=1", "--warmup_proportion=0", "--shuffle_buffer=0",
-		"--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
-	float32Run := filepath.Join(t.TempDir(), "float32")
-	mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, float32Run, append(common, "--train_batch_size=8", "--learning_rate=2e-3")...)...))
+	const b, steps = equivalenceBatch, equivalenceSteps
+	train := equivalenceRunner(t)
+	float32Run, _ := train(1, "float32")
 	for _, amp := range []string{"bf16", "fp16"} {
-		one, two := filepath.Join(t.TempDir(), "one-"+amp), filepath.Join(t.TempDir(), "two-"+amp)
-		log := mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, one, append(common, "--train_batch_size=8", "--learning_rate=2e-3", "--amp="+amp)...)...))
+		one, log := train(1, "one-"+amp, "--amp="+amp)
+		two, _ := train(2, "two-"+amp, "--amp="+amp)
 		name := map[string]string{"bf16": "bfloat16", "fp16": "float16"}[amp]
 		if want := "precision: " + name + " matrix products (--amp=" + name + " forced; CPU: "; !strings.Contains(log, want) {
 			t.Errorf("the log does not say %q:\n%s", want, log)
 		}
-		mustSucceed(t, mpirun(t, 2, tinyFlags(model, data, two, append(common, "--train_batch_size=4", "--learning_rate=1e-3", "--amp="+amp)...)...))
 		got := diffRuns(t, one, two, float32Run)
 		ranks, vsFloat32 := got[0], got[1]
 		t.Logf("--amp=%s: 2 ranks vs 1 rank %+v; 1 rank vs float32 %+v", amp, ranks, vsFloat32)
