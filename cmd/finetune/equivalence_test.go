@@ -142,7 +142,7 @@ const (
 func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 	const b, steps = equivalenceBatch, equivalenceSteps
 	train := equivalenceRunner(t)
-	float32Run, _ := train(1, "float32")
+	var oneRank []string
 	for _, amp := range []string{"bf16", "fp16"} {
 		one, log := train(1, "one-"+amp, "--amp="+amp)
 		two, _ := train(2, "two-"+amp, "--amp="+amp)
@@ -150,9 +150,9 @@ func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 		if want := "precision: " + name + " matrix products (--amp=" + name + " forced; CPU: "; !strings.Contains(log, want) {
 			t.Errorf("the log does not say %q:\n%s", want, log)
 		}
-		got := diffRuns(t, one, two, float32Run)
-		ranks, vsFloat32 := got[0], got[1]
-		t.Logf("--amp=%s: 2 ranks vs 1 rank %+v; 1 rank vs float32 %+v", amp, ranks, vsFloat32)
+		oneRank = append(oneRank, one)
+		ranks := diffRuns(t, one, two)[0]
+		t.Logf("--amp=%s: 2 ranks vs 1 rank %+v", amp, ranks)
 		if ranks.Steps != steps || ranks.Variables < 3*40 {
 			t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", ranks.Steps, ranks.Variables, steps)
 		}
@@ -160,10 +160,11 @@ func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 			t.Errorf("--amp=%s: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g (bound %g), weights by %g (bound %g)",
 				amp, b, 2*b, ranks.MaxLossDiff, ampLossBound, ranks.MaxWeightDiff, steps*2e-3*ampWeightFraction)
 		}
-		// The mixed-precision run really is one: it differs from float32's.
-		if vsFloat32.MaxWeightDiff == 0 {
-			t.Errorf("--amp=%s trained exactly as float32: are the mixed signatures driven?", amp)
-		}
+	}
+	// The two precisions really train differently (the mixed signatures are driven; float32's
+	// own equivalence is the test above, and bertgraph's tests compare each with float32).
+	if d := diffRuns(t, oneRank...)[0]; d.MaxWeightDiff == 0 {
+		t.Errorf("--amp=bf16 and --amp=fp16 trained exactly alike: are the mixed signatures driven?")
 	}
 }
 
