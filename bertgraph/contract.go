@@ -15,14 +15,16 @@ import (
 
 // ContractVersion is the version of the exporter's contract this package drives. Version 2
 // added apply_gradients' gradient_scale input; version 3 the save_checkpoint and
-// restore_checkpoint signatures, which key training checkpoints by Google BERT names.
-const ContractVersion = 3
+// restore_checkpoint signatures, which key training checkpoints by Google BERT names; version 4
+// mixed precision: the train_step_bfloat16 and train_step_float16 signatures and the loss scale.
+const ContractVersion = 4
 
 // contractChanges says, for each version after 1, what a training model exported before it
 // lacks: the reason a re-export is needed.
 var contractChanges = map[int]string{
 	2: "apply_gradients takes the input gradient_scale",
 	3: "training checkpoints are written and read by save_checkpoint and restore_checkpoint, keyed by Google BERT names",
+	4: "train_step has bfloat16 and float16 variants and apply_gradients keeps a loss scale (--amp)",
 }
 
 // Paths inside an exported SavedModel directory.
@@ -42,6 +44,10 @@ const (
 	SigAssignVariables   = "assign_variables"
 	SigSaveCheckpoint    = "save_checkpoint"
 	SigRestoreCheckpoint = "restore_checkpoint"
+	// train_step with its matrix products in bfloat16 or float16 (Precision.trainStep).
+	SigTrainStepBFloat16 = "train_step_bfloat16"
+	SigTrainStepFloat16  = "train_step_float16"
+	SigSetLossScale      = "set_loss_scale"
 )
 
 // Contract is assets.extra/gorovod_contract.json, written by bertgraph/exporter/export.py.
@@ -69,6 +75,12 @@ type Contract struct {
 		// Slots are AdamWeightDecay's adam_m and adam_v of every variable.
 		Slots []SlotSpec `json:"slots"`
 	} `json:"optimizer"`
+	// LossScale is the dynamic loss scale's start for float16 compute: Initial, doubled after
+	// GrowthInterval finite steps in a row, halved on each non-finite one.
+	LossScale struct {
+		Initial        float32 `json:"initial"`
+		GrowthInterval int64   `json:"growth_interval"`
+	} `json:"loss_scale"`
 	// ServingDir is the serving-only SavedModel packaged inside a training one.
 	ServingDir string `json:"serving_dir"`
 
@@ -136,7 +148,7 @@ func ReadContract(dir string) (*Contract, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("bertgraph: %s: %w", path, err)
 	}
-	// Versions 2 and 3 changed training signatures only: serving models exported before them
+	// Versions 2 to 4 changed training signatures only: serving models exported before them
 	// still load.
 	if c.Version != ContractVersion && !(c.Kind == "serving" && c.Version >= 1 && c.Version < ContractVersion) {
 		var why []string
@@ -208,6 +220,7 @@ func (c *Contract) expectedSignatures() map[string]ContractSignature {
 		},
 		Outputs: map[string]TensorSpec{
 			"global_norm": scalar("float32"), "global_step": scalar("int64"), "applied": scalar("bool"),
+			"loss_scale": scalar("float32"),
 		},
 	}
 	read := ContractSignature{Inputs: map[string]TensorSpec{},
@@ -223,7 +236,11 @@ func (c *Contract) expectedSignatures() map[string]ContractSignature {
 		assign.Inputs[v.ValueKey] = spec
 	}
 	return map[string]ContractSignature{
-		SigTrainStep:       train,
+		SigTrainStep:         train,
+		SigTrainStepBFloat16: train,
+		SigTrainStepFloat16:  train,
+		SigSetLossScale: {map[string]TensorSpec{"loss_scale": scalar("float32"), "growth_interval": scalar("int64")},
+			map[string]TensorSpec{"loss_scale": scalar("float32")}},
 		SigApplyGradients:  apply,
 		SigEvalStep:        {withLabels(batchInputs(seq)), map[string]TensorSpec{"loss_sum": scalar("float32"), "correct": scalar("int32"), "examples": scalar("int32")}},
 		SigPredict:         {batchInputs(seq), predictions},

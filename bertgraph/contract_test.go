@@ -66,11 +66,13 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 	}{
 		{"no contract", empty, []string{empty, "not a gorovod BERT SavedModel", "gorovod_contract.json"}},
 		{"contract version", copyModel(t, func(c map[string]any) { c["contract_version"] = 99.0 }),
-			[]string{"contract version 99", "version 3", "re-export"}},
+			[]string{"contract version 99", "version 4", "re-export"}},
 		{"contract version 1 (no gradient_scale)", copyModel(t, func(c map[string]any) { c["contract_version"] = 1.0 }),
 			[]string{"contract version 1", "apply_gradients takes the input gradient_scale", "since version 3, training checkpoints", "re-export"}},
 		{"contract version 2 (object-based checkpoints)", copyModel(t, func(c map[string]any) { c["contract_version"] = 2.0 }),
 			[]string{"contract version 2", "since version 3, training checkpoints are written and read by save_checkpoint and restore_checkpoint, keyed by Google BERT names", "re-export"}},
+		{"contract version 3 (no mixed precision)", copyModel(t, func(c map[string]any) { c["contract_version"] = 3.0 }),
+			[]string{"contract version 3", "since version 4, train_step has bfloat16 and float16 variants and apply_gradients keeps a loss scale (--amp)", "re-export"}},
 		{"serving model", serving, []string{"serving", "LoadClassifier"}},
 		{"no saved_model.pb", noGraph, []string{"saved_model.pb"}},
 		{"variable without gradient", copyModel(t, func(c map[string]any) {
@@ -104,13 +106,13 @@ func TestLoadRejectsWrongOrIncompleteModels(t *testing.T) {
 			}
 		})
 	}
-	// Serving models of contract versions 1 and 2 still load: versions 2 and 3 changed training
+	// Serving models of contract versions 1 to 3 still load: versions 2 to 4 changed training
 	// signatures only.
 	oldServing := filepath.Join(t.TempDir(), "serving")
 	if err := copyTree(serving, oldServing); err != nil {
 		t.Fatal(err)
 	}
-	for _, version := range []int{1, 2} {
+	for _, version := range []int{1, 2, 3} {
 		editContract(t, oldServing, func(c map[string]any) { c["contract_version"] = version })
 		if c, err := LoadClassifier(oldServing, ClassifierOptions{}); err != nil {
 			t.Errorf("serving model of contract version %d: %v", version, err)

@@ -95,7 +95,14 @@ func testOptions() Options {
 
 func loadFixture(t testing.TB) *Model {
 	t.Helper()
-	m, err := Load(fixture.Model, testOptions())
+	return loadFixtureIn(t, Float32)
+}
+
+func loadFixtureIn(t testing.TB, p Precision) *Model {
+	t.Helper()
+	opts := testOptions()
+	opts.Precision = p
+	m, err := Load(fixture.Model, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,9 @@ import (
 type Options struct {
 	// Session configures TensorFlow (threads, GPU); nil leaves TensorFlow's defaults.
 	Session *tf.SessionOptions
+	// Precision is what TrainStep computes its matrix products in (Float32 by default); with
+	// Float16 the loss is scaled dynamically, from the contract's initial scale.
+	Precision Precision
 }
 
 // Model is a loaded training SavedModel. See the package documentation.
@@ -68,13 +71,48 @@ func (m *Model) init() error {
 		keys = append(keys, v.GradientKey)
 		values = append(values, v.ValueKey)
 	}
-	m.trainFetches = m.sigs[SigTrainStep].fetches(keys...)
-	m.applyFetches = m.sigs[SigApplyGradients].fetches("global_norm", "global_step", "applied")
+	m.trainFetches = m.sigs[m.opts.Precision.trainStep()].fetches(keys...)
+	m.applyFetches = m.sigs[SigApplyGradients].fetches("global_norm", "global_step", "applied", "loss_scale")
 	m.readFetches = m.sigs[SigReadVariables].fetches(values...)
 	m.evalFetches = m.sigs[SigEvalStep].fetches("loss_sum", "correct", "examples")
 	if m.sm.SaverDef == nil {
 		return fmt.Errorf("bertgraph: %s has no SaverDef; ExportServing needs one", m.dir)
 	}
+	return m.startLossScale()
+}
+
+// startLossScale sets the loss scale the precision needs: float16's dynamic one from the
+// contract's start, else a static 1 (exact: float32 and bfloat16 steps are then what they are
+// without loss scaling). The scale is not in training checkpoints, so a resumed run starts
+// again from here.
+func (m *Model) startLossScale() error {
+	scale, growth := float32(1), int64(0)
+	if m.opts.Precision == Float16 {
+		ls := m.contract.LossScale
+		if !(ls.Initial >= 1) || ls.GrowthInterval < 1 {
+			return fmt.Errorf("bertgraph: %s: loss_scale initial %v, growth_interval %d: want a scale >= 1 and an interval >= 1; re-export the model",
+				m.dir, ls.Initial, ls.GrowthInterval)
+		}
+		scale, growth = ls.Initial, ls.GrowthInterval
+	}
+	s := m.sigs[SigSetLossScale]
+	scaleT, err := tf.NewTensor([]float32{scale})
+	if err != nil {
+		return err
+	}
+	defer scaleT.Close()
+	growthT, err := tf.NewTensor([]int64{growth})
+	if err != nil {
+		return err
+	}
+	defer growthT.Close()
+	s.feed("loss_scale", scaleT)
+	s.feed("growth_interval", growthT)
+	out, err := s.run(m.sm.Session, s.fetches("loss_scale"))
+	if err != nil {
+		return err
+	}
+	closeAll(out)
 	return nil
 }
 
@@ -92,6 +130,9 @@ func (m *Model) Close() error {
 	m.scalars.clip.Close()
 	return m.sm.Close()
 }
+
+// Precision is what TrainStep computes its matrix products in.
+func (m *Model) Precision() Precision { return m.opts.Precision }
 
 // Dir is the SavedModel directory.
 func (m *Model) Dir() string { return m.dir }

@@ -36,7 +36,7 @@ func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTe
 	if m.inputs.seed, err = reuse(m.inputs.seed, seed[:], 2); err != nil {
 		return StepStats{}, err
 	}
-	s := m.sigs[SigTrainStep]
+	s := m.sigs[m.opts.Precision.trainStep()]
 	m.inputs.feed(s, true)
 	s.feed("dropout_seed", m.inputs.seed)
 	out, err := s.run(m.sm.Session, m.trainFetches)
@@ -70,12 +70,15 @@ type ApplyResult struct {
 	GlobalNorm float32 // of the scaled gradients (gradientScale x grads), before clipping
 	GlobalStep int64   // after the step
 	// Applied is false when the global norm was not finite: then nothing changed, not even
-	// the global step.
+	// the global step (but a dynamic loss scale was halved).
 	Applied bool
+	// LossScale is the loss scale after the step: 1 unless the model runs in Float16.
+	LossScale float32
 }
 
 // Apply applies one AdamWeightDecay step with learningRate to gradientScale x grads, clipped to
-// clipNorm by global norm. gradientScale is 1 for gradients already averaged; an allreduce that
+// clipNorm by global norm. Gradients of a loss-scaled TrainStep are unscaled in the same multiply,
+// and the loss scale is updated (see ApplyResult.LossScale). gradientScale is 1 for gradients already averaged; an allreduce that
 // sums and leaves the division to this step (horovod.Reducer with DeferAverage) passes its
 // GradientScale: the graph folds it into the multiply clipping does anyway, so averaging costs
 // no pass over the gradients of its own. The gradient buffers are copied into tensors the model
@@ -127,7 +130,10 @@ func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm 
 	if r.GlobalStep, err = scalarValue[int64](out[1], "apply_gradients global_step"); err != nil {
 		return r, err
 	}
-	r.Applied, err = scalarValue[bool](out[2], "apply_gradients applied")
+	if r.Applied, err = scalarValue[bool](out[2], "apply_gradients applied"); err != nil {
+		return r, err
+	}
+	r.LossScale, err = scalarValue[float32](out[3], "apply_gradients loss_scale")
 	return r, err
 }
 

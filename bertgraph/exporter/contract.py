@@ -13,12 +13,18 @@ import pathlib
 # 2: apply_gradients takes gradient_scale (the factor the given gradients are multiplied by).
 # 3: save_checkpoint/restore_checkpoint write and read training checkpoints keyed by Google BERT
 #    names (checkpoint_key: N, N/adam_m, N/adam_v, global_step); object_key is the SavedModel's key.
-CONTRACT_VERSION = 3
+# 4: mixed precision: train_step_bfloat16 and train_step_float16 (matrix products in that dtype),
+#    the loss scale (train_step differentiates loss x loss_scale, apply_gradients unscales,
+#    updates it and outputs it), set_loss_scale.
+CONTRACT_VERSION = 4
 CONTRACT_FILE = "assets.extra/gorovod_contract.json"
 SERVING_DIR = "assets.extra/serving"
 VOCAB_FILE = "assets.extra/vocab.txt"
 
 TRAIN_STEP = "train_step"
+# train_step with its matrix products in another dtype: {compute dtype: signature key}.
+MIXED_TRAIN_STEPS = {"bfloat16": "train_step_bfloat16", "float16": "train_step_float16"}
+SET_LOSS_SCALE = "set_loss_scale"
 APPLY_GRADIENTS = "apply_gradients"
 EVAL_STEP = "eval_step"
 PREDICT = "predict"

@@ -27,8 +27,9 @@ import tensorflow as tf
 from . import checkpoint, contract
 from .config import TINY, BertConfig
 from .model import BertClassifier, object_key
-from .optimizer import (BETA_1, BETA_2, EPSILON, EXCLUDE_FROM_WEIGHT_DECAY, WEIGHT_DECAY_RATE,
-                        AdamWeightDecay, uses_weight_decay)
+from .optimizer import (BETA_1, BETA_2, EPSILON, EXCLUDE_FROM_WEIGHT_DECAY,
+                        INITIAL_LOSS_SCALE, LOSS_SCALE_GROWTH_INTERVAL, WEIGHT_DECAY_RATE,
+                        AdamWeightDecay, LossScale, uses_weight_decay)
 
 
 def _batch_specs(max_seq_length, labels=True):
@@ -54,9 +55,9 @@ class Signature:
         return contract.signature_entry(self.function, self.specs)
 
 
-def _classification(model, batch, dropout_seed):
+def _classification(model, batch, dropout_seed, compute_dtype=tf.float32):
     logits = model.logits(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-                          dropout_seed)
+                          dropout_seed, compute_dtype)
     labels = batch["label_ids"]
     log_probs = tf.nn.log_softmax(logits)
     per_example_loss = -tf.reduce_sum(tf.one_hot(labels, model.num_labels) * log_probs, axis=-1)
@@ -104,6 +105,7 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
     model = BertClassifier(config, num_labels, seed=seed)
     model.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     model.optimizer = AdamWeightDecay(model.named_variables)
+    model.loss_scale = LossScale()
     names = [n for n, _ in model.named_variables]
     variables = [v for _, v in model.named_variables]
     grad_keys = [contract.gradient_key(i) for i in range(len(names))]
@@ -111,25 +113,35 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
     batch = _batch_specs(max_seq_length)
     features = _batch_specs(max_seq_length, labels=False)
 
-    def train_step(input_ids, input_mask, segment_ids, label_ids, is_real_example, dropout_seed):
-        b = dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
-                 label_ids=label_ids, is_real_example=is_real_example)
-        with tf.GradientTape() as tape:
-            loss_sum, correct, examples = _classification(
-                model, b, dropout_seed if dropout else None)
-            loss = tf.math.divide_no_nan(loss_sum, tf.cast(examples, tf.float32))
-        grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        out = {"loss": loss, "correct": correct, "examples": examples}
-        # sparse_as_dense: the word-embedding gradient arrives as IndexedSlices.
-        out.update({k: tf.convert_to_tensor(g) for k, g in zip(grad_keys, grads)})
-        return out
+    def train_step_in(compute_dtype):
+        def train_step(input_ids, input_mask, segment_ids, label_ids, is_real_example,
+                       dropout_seed):
+            b = dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                     label_ids=label_ids, is_real_example=is_real_example)
+            with tf.GradientTape() as tape:
+                loss_sum, correct, examples = _classification(
+                    model, b, dropout_seed if dropout else None, compute_dtype)
+                loss = tf.math.divide_no_nan(loss_sum, tf.cast(examples, tf.float32))
+                scaled = loss * model.loss_scale.loss_scale.read_value()
+            grads = tape.gradient(scaled, variables,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            out = {"loss": loss, "correct": correct, "examples": examples}
+            # sparse_as_dense: the word-embedding gradient arrives as IndexedSlices.
+            out.update({k: tf.convert_to_tensor(g) for k, g in zip(grad_keys, grads)})
+            return out
+        return train_step
 
     def apply_gradients(gradient_scale, learning_rate, clip_norm, **grads):
         global_norm, applied = model.optimizer.apply(
             [grads[k] for k in grad_keys], learning_rate, clip_norm, model.global_step,
-            gradient_scale)
+            gradient_scale, model.loss_scale)
         return {"global_norm": global_norm, "applied": applied,
-                "global_step": model.global_step.read_value()}
+                "global_step": model.global_step.read_value(),
+                "loss_scale": model.loss_scale.loss_scale.read_value()}
+
+    def set_loss_scale(loss_scale, growth_interval):
+        model.loss_scale.set(loss_scale, growth_interval)
+        return {"loss_scale": model.loss_scale.loss_scale.read_value()}
 
     def eval_step(input_ids, input_mask, segment_ids, label_ids, is_real_example):
         loss_sum, correct, examples = _classification(
@@ -169,9 +181,9 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
     scalar = tf.TensorSpec([], tf.float32)
     prefix = {"prefix": tf.TensorSpec([], tf.string, "prefix")}
     predict_fn = Signature(predict, features)
+    train_specs = dict(batch, dropout_seed=tf.TensorSpec([2], tf.int64, "dropout_seed"))
     signatures = {
-        contract.TRAIN_STEP: Signature(
-            train_step, dict(batch, dropout_seed=tf.TensorSpec([2], tf.int64, "dropout_seed"))),
+        contract.TRAIN_STEP: Signature(train_step_in(tf.float32), train_specs),
         contract.APPLY_GRADIENTS: Signature(
             apply_gradients, dict(grad_specs, gradient_scale=scalar, learning_rate=scalar,
                                   clip_norm=scalar)),
@@ -182,7 +194,12 @@ def build(config, num_labels, max_seq_length, dropout=True, seed=0):
         contract.ASSIGN_VARIABLES: Signature(assign_variables, var_specs),
         contract.SAVE_CHECKPOINT: Signature(save_checkpoint, prefix),
         contract.RESTORE_CHECKPOINT: Signature(restore_checkpoint, prefix),
+        contract.SET_LOSS_SCALE: Signature(set_loss_scale, {
+            "loss_scale": tf.TensorSpec([], tf.float32, "loss_scale"),
+            "growth_interval": tf.TensorSpec([], tf.int64, "growth_interval")}),
     }
+    for dtype, key in contract.MIXED_TRAIN_STEPS.items():
+        signatures[key] = Signature(train_step_in(tf.as_dtype(dtype)), train_specs)
     return model, signatures
 
 
@@ -250,6 +267,11 @@ def make_contract(model, signatures, max_seq_length, dropout, label_names, do_lo
             "weight_decay_rate": WEIGHT_DECAY_RATE,
             "exclude_from_weight_decay": list(EXCLUDE_FROM_WEIGHT_DECAY),
             "clip": "global_norm", "default_clip_norm": 1.0, "slots": slots,
+        },
+        loss_scale={
+            "initial": INITIAL_LOSS_SCALE, "growth_interval": LOSS_SCALE_GROWTH_INTERVAL,
+            "note": "float16 compute only; not in training checkpoints (a resumed run starts "
+                    "again from the initial scale)",
         },
         checkpoint_key_mapping=(
             "save_checkpoint writes, and restore_checkpoint reads, every training variable under "

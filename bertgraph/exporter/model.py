@@ -5,6 +5,13 @@ token-type + position embeddings, LayerNorm, N transformer layers (self-attentio
 mask adder, GELU feed-forward, post-LayerNorm), tanh pooler on the first token, dropout, and
 ``logits = pooled @ output_weights^T + output_bias``.
 
+Mixed precision (``compute_dtype`` bfloat16 or float16): the variables stay float32; only the
+matrix products (the dense layers' and attention's) take their inputs cast to ``compute_dtype``,
+and their results are cast back to float32 at once.  Everything element-wise (bias, GELU, softmax,
+LayerNorm, dropout, the loss) runs in float32: TensorFlow's own whole-graph rewrite also moves
+those to bfloat16, where on CPU they ran slower than in float32, and float16 LayerNorm and softmax
+lose the range and precision loss scaling cannot restore.
+
 Every variable sits in a tree of tf.Module nodes whose attribute path *is* its Google name, so the
 object-based checkpoint key TensorFlow derives for it (the key in the SavedModel's variables/) is
 ``<google name>/.ATTRIBUTES/VARIABLE_VALUE`` (see ``object_key``).  The ordered list of variables
@@ -83,6 +90,14 @@ class Dropout:
         return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=site_seed)
 
 
+def matmul(a, b, compute_dtype, **kwargs):
+    """a @ b with the product computed in ``compute_dtype``, the result float32."""
+    if compute_dtype == tf.float32:
+        return tf.matmul(a, b, **kwargs)
+    return tf.cast(tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **kwargs),
+                   tf.float32)
+
+
 class BertClassifier(VariableTree):
     """The encoder and the run_classifier head, for ``num_labels`` labels."""
 
@@ -152,8 +167,8 @@ class BertClassifier(VariableTree):
 
     # -- forward pass -----------------------------------------------------------------------------
 
-    def _dense(self, x, prefix):
-        return tf.matmul(x, self.var(prefix + "/kernel")) + self.var(prefix + "/bias")
+    def _dense(self, x, prefix, compute_dtype=tf.float32):
+        return matmul(x, self.var(prefix + "/kernel"), compute_dtype) + self.var(prefix + "/bias")
 
     def _layer_norm(self, x, prefix):
         mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
@@ -166,17 +181,20 @@ class BertClassifier(VariableTree):
         ``dropout_seed`` (int64 [2]) turns dropout on; None is inference."""
         return self._encode(input_ids, input_mask, segment_ids, Dropout(dropout_seed))
 
-    def logits(self, input_ids, input_mask, segment_ids, dropout_seed=None):
+    def logits(self, input_ids, input_mask, segment_ids, dropout_seed=None,
+               compute_dtype=tf.float32):
         """run_classifier's create_model: dropout (0.1 in Google's code; hidden_dropout_prob here,
-        the same value in every released config) on the pooled output, then the output layer."""
+        the same value in every released config) on the pooled output, then the output layer.
+        ``compute_dtype``: see the module docstring; the output layer stays float32 (its logits
+        feed the loss directly, and it is tiny)."""
         drop = Dropout(dropout_seed)
-        _, pooled = self._encode(input_ids, input_mask, segment_ids, drop)
+        _, pooled = self._encode(input_ids, input_mask, segment_ids, drop, compute_dtype)
         pooled = drop(pooled, self.config.hidden_dropout_prob)
         return tf.matmul(pooled, self.var("output_weights"), transpose_b=True) \
             + self.var("output_bias")
 
-    def _encode(self, input_ids, input_mask, segment_ids, drop):
-        c = self.config
+    def _encode(self, input_ids, input_mask, segment_ids, drop, compute_dtype=tf.float32):
+        c, cd = self.config, compute_dtype
         act = _activation(c.hidden_act)
         h, heads = c.hidden_size, c.num_attention_heads
         head = h // heads
@@ -201,18 +219,19 @@ class BertClassifier(VariableTree):
 
         for n in range(c.num_hidden_layers):
             p = f"bert/encoder/layer_{n}"
-            q = split_heads(self._dense(x, p + "/attention/self/query"))
-            k = split_heads(self._dense(x, p + "/attention/self/key"))
-            v = split_heads(self._dense(x, p + "/attention/self/value"))
-            scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(head)) + adder
+            q = split_heads(self._dense(x, p + "/attention/self/query", cd))
+            k = split_heads(self._dense(x, p + "/attention/self/key", cd))
+            v = split_heads(self._dense(x, p + "/attention/self/value", cd))
+            scores = matmul(q, k, cd, transpose_b=True) * (1.0 / math.sqrt(head)) + adder
             probs = drop(tf.nn.softmax(scores), c.attention_probs_dropout_prob)
-            ctx = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]), [-1, h])
-            attn = drop(self._dense(ctx, p + "/attention/output/dense"), c.hidden_dropout_prob)
+            ctx = tf.reshape(tf.transpose(matmul(probs, v, cd), [0, 2, 1, 3]), [-1, h])
+            attn = drop(self._dense(ctx, p + "/attention/output/dense", cd),
+                        c.hidden_dropout_prob)
             attn = self._layer_norm(attn + x, p + "/attention/output/LayerNorm")
-            inter = act(self._dense(attn, p + "/intermediate/dense"))
-            out = drop(self._dense(inter, p + "/output/dense"), c.hidden_dropout_prob)
+            inter = act(self._dense(attn, p + "/intermediate/dense", cd))
+            out = drop(self._dense(inter, p + "/output/dense", cd), c.hidden_dropout_prob)
             x = self._layer_norm(out + attn, p + "/output/LayerNorm")
 
         sequence_output = tf.reshape(x, [batch, seq, h])
-        pooled = tf.tanh(self._dense(sequence_output[:, 0], "bert/pooler/dense"))
+        pooled = tf.tanh(self._dense(sequence_output[:, 0], "bert/pooler/dense", cd))
         return sequence_output, pooled

@@ -15,6 +15,15 @@ gradient_scale * clip_norm / max(gradient_scale * norm, clip_norm): no extra pas
 
 A non-finite global norm (an overflowed or NaN gradient) skips the whole update: parameters, slots
 and global_step keep their values and ``applied`` says False.
+
+Loss scaling (``LossScale``, for float16 compute): train_step differentiates loss x loss_scale, so
+its gradients are loss_scale times too large; apply folds 1/loss_scale into gradient_scale, so the
+gradients are unscaled before the norm and clipping, in the same one multiply.  With a positive
+growth interval the scale is dynamic, as tf.keras.mixed_precision.LossScaleOptimizer's: a
+non-finite global norm skips the step and halves the scale (not below 1); ``growth_interval``
+finite steps in a row double it.  The sums the decision is made on are the same on every rank, so
+every rank decides alike.  With growth interval 0 the scale is static (1 for float32 and bfloat16:
+the scaling is then exact, and the step is what it was without loss scaling).
 """
 import re
 
@@ -34,6 +43,40 @@ SLOTS = ("adam_m", "adam_v")
 def uses_weight_decay(name):
     """Google's AdamWeightDecayOptimizer._do_use_weight_decay."""
     return not any(re.search(r, name) for r in EXCLUDE_FROM_WEIGHT_DECAY)
+
+
+# LossScaleOptimizer's dynamic defaults: initial scale 2^15, doubled after 2000 finite steps.
+INITIAL_LOSS_SCALE = 2.0 ** 15
+LOSS_SCALE_GROWTH_INTERVAL = 2000
+
+
+class LossScale(tf.Module):
+    """The loss scale's state: ``loss_scale`` (float32), ``growth_interval`` (int64, 0: static)
+    and ``good_steps`` (finite steps since the last change).  Exported as 1 and static."""
+
+    def __init__(self):
+        super().__init__(name="loss_scale")
+        self.loss_scale = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="loss_scale")
+        self.growth_interval = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name="growth_interval")
+        self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
+
+    def set(self, loss_scale, growth_interval):
+        self.loss_scale.assign(loss_scale)
+        self.growth_interval.assign(growth_interval)
+        self.good_steps.assign(0)
+
+    def update(self, finite):
+        """After a step whose global norm was ``finite`` (or not): halve, grow or keep."""
+        dynamic = self.growth_interval > 0
+        scale = self.loss_scale.read_value()
+        good = tf.where(finite, self.good_steps + 1, 0)
+        doubled = scale * 2.0
+        grow = finite & dynamic & (good >= self.growth_interval) & tf.math.is_finite(doubled)
+        shrink = tf.logical_not(finite) & dynamic
+        self.loss_scale.assign(tf.where(shrink, tf.maximum(scale * 0.5, 1.0),
+                                        tf.where(grow, doubled, scale)))
+        self.good_steps.assign(tf.where(grow | tf.logical_not(dynamic), tf.zeros_like(good), good))
 
 
 class AdamWeightDecay(tf.Module):
@@ -57,9 +100,13 @@ class AdamWeightDecay(tf.Module):
         return [(f"{name}/{slot}", var) for slot in SLOTS
                 for name, var in getattr(self, slot).named_variables]
 
-    def apply(self, grads, learning_rate, clip_norm, global_step, gradient_scale=1.0):
-        """Returns (global_norm, applied): the norm is that of the scaled gradients, before
-        clipping.  ``grads`` are in the order of ``named_variables``."""
+    def apply(self, grads, learning_rate, clip_norm, global_step, gradient_scale=1.0,
+              loss_scale=None):
+        """Returns (global_norm, applied): the norm is that of the scaled (and unscaled by
+        ``loss_scale``, a LossScale, which this step then updates) gradients, before clipping.
+        ``grads`` are in the order of ``named_variables``."""
+        if loss_scale is not None:
+            gradient_scale = gradient_scale / loss_scale.loss_scale.read_value()
         global_norm = gradient_scale * tf.linalg.global_norm(grads)
         finite = tf.math.is_finite(global_norm)
 
@@ -82,4 +129,6 @@ class AdamWeightDecay(tf.Module):
             return tf.constant(True)
 
         applied = tf.cond(finite, update, lambda: tf.constant(False))
+        if loss_scale is not None:
+            loss_scale.update(finite)
         return global_norm, applied

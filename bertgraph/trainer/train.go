@@ -108,13 +108,13 @@ func (t *Trainer) Train(data *tfrecord.Dataset, from Position) (Result, error) {
 	if err := skipBatches(data, from.Batches, t.opts.BatchSize); err != nil {
 		return Result{Step: from.Step}, err
 	}
-	step, stopped, err := t.loop(data, from.Step, from.Batches)
-	return Result{Step: step, Stopped: stopped}, err
+	return t.loop(data, from.Step, from.Batches)
 }
 
 // loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
 // and on rank 0 the progress, the summaries and the checkpoints.
-func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Signal, error) {
+func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error) {
+	var lossScale float32 // after the last step trained
 	o := &t.opts
 	compression := horovod.NoCompression
 	if o.FP16 {
@@ -126,11 +126,11 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Sig
 	// clipping does anyway: no pass over the 90 MB for it either.
 	reducer, err := t.hvd.NewReducer(horovod.ReducerOptions{Compression: compression, InPlace: true, DeferAverage: true})
 	if err != nil {
-		return step, nil, err
+		return Result{Step: step, LossScale: lossScale}, err
 	}
 	grads, freeGrads, err := t.gradientBuffer()
 	if err != nil {
-		return step, nil, err
+		return Result{Step: step, LossScale: lossScale}, err
 	}
 	// Given back as the loop ends, before Shutdown frees the backend's memory; nothing reads
 	// the gradients after the loop. A failure to give it back is only logged: training and its
@@ -146,7 +146,7 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Sig
 	if t.rank == 0 {
 		ev, err := summary.Create(o.Dir)
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		curves = newSummaries(ev, o.Logf)
 		defer curves.close()
@@ -159,16 +159,19 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Sig
 	localStopTensor, _ := horovod.NewTensor(nil, localStop)
 	var skipped, consecutive int64
 	var stopped os.Signal
+	// float16 compute scales its loss dynamically: the scale is logged with a skipped step and
+	// written to TensorBoard beside the loss.
+	float16 := t.model.Precision() == bertgraph.Float16
 	globalBatch := o.BatchSize * t.size
 	batch := features.NewBatch(o.BatchSize, t.model.Contract().MaxSeqLength) // refilled every step
 	for step < o.Schedule.TrainSteps && stopped == nil {
 		if err := data.ReadBatch(batch, true); err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		drawn++
 		st, err := t.model.TrainStep(batch, bertgraph.DropoutSeed{o.Seed + int64(t.rank), step}, grads)
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		localStats[0], localStats[1], localStats[2] = float64(st.Loss), float64(st.Correct), float64(st.Examples)
 		localStop[0] = 0
@@ -181,34 +184,39 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Sig
 		// same cycle as the reducer's tensors.
 		statsPending, err := t.hvd.AllreduceAsync("trainer/step_stats", localStatsTensor, horovod.AllreduceOptions{Op: horovod.Sum})
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		stopPending, err := t.hvd.AllreduceAsync("trainer/stop", localStopTensor, horovod.AllreduceOptions{Op: horovod.Max})
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		if _, _, err := reducer.Reduce(named); err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		totalStats, err := statsPending.Wait()
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		agreedStop, err := stopPending.Wait()
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		lr := o.Schedule.LearningRate(step)
 		res, err := t.model.Apply(grads, float32(reducer.GradientScale()), float32(lr), float32(o.ClipNorm))
 		if err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
+		lossScale = res.LossScale
 		if !res.Applied {
 			skipped++
 			consecutive++
-			t.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)", step, res.GlobalNorm, skipped)
+			note := ""
+			if float16 {
+				note = fmt.Sprintf(", loss scale now %v", lossScale)
+			}
+			t.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)%s", step, res.GlobalNorm, skipped, note)
 			if consecutive >= maxConsecutiveSkips {
-				return step, nil, fmt.Errorf("the gradients were not finite for %d steps in a row at step %d: training diverged", consecutive, step)
+				return Result{Step: step, LossScale: lossScale}, fmt.Errorf("the gradients were not finite for %d steps in a row at step %d: training diverged", consecutive, step)
 			}
 		} else {
 			consecutive = 0
@@ -226,26 +234,29 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (int64, os.Sig
 			o.Progress.Report(report)
 			rate = o.Progress.Rate()
 		}
+		if float16 {
+			curves.also("loss_scale", float64(lossScale))
+		}
 		curves.write(step, report.Loss, lr, report.GlobalNorm, rate, report.Accuracy)
 		if res.Applied && o.SaveCheckpointsSteps > 0 && step%int64(o.SaveCheckpointsSteps) == 0 {
 			if err := t.saveCheckpoint(step, drawn); err != nil {
-				return step, nil, err
+				return Result{Step: step, LossScale: lossScale}, err
 			}
 		}
 	}
 	if t.rank == 0 {
 		if err := t.saveCheckpoint(step, drawn); err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 		curves.close()
 	}
 	if stopped != nil {
 		// No rank leaves before rank 0's checkpoint is complete.
 		if err := t.hvd.Barrier(); err != nil {
-			return step, nil, err
+			return Result{Step: step, LossScale: lossScale}, err
 		}
 	}
-	return step, stopped, nil
+	return Result{Step: step, Stopped: stopped, LossScale: lossScale}, nil
 }
 
 // saveCheckpoint saves the model and optimizer state of global step step, with the number of
@@ -307,6 +318,9 @@ func (s *summaries) write(step int64, loss, lr, globalNorm, examplesPerSec, accu
 		s.fail(fmt.Sprintf("from step %d on", step), err)
 	}
 }
+
+// also adds a scalar to the next write's (and every later one's).
+func (s *summaries) also(tag string, v float64) { s.values[tag] = v }
 
 // close completes the file: flushed, synced and closed. Later calls do nothing.
 func (s *summaries) close() {

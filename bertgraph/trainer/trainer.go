@@ -81,6 +81,10 @@ type Result struct {
 	// Stopped is the signal whose stop request ended the run before the schedule's last step,
 	// nil when the run completed.
 	Stopped os.Signal
+	// LossScale is the loss scale after the last step trained: 1 unless the model computes in
+	// float16 (bertgraph.Float16), whose dynamic scale halves on every skipped step; 0 when no
+	// step was trained.
+	LossScale float32
 }
 
 // Trainer trains one rank's copy of a SavedModel data-parallel with its peers, as Horovod's

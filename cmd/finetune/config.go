@@ -51,6 +51,9 @@ type Config struct {
 	// Horovod BERT recipe
 	UseFP16 bool
 	UseXLA  bool
+	// AMP is --amp: "" (off), "true" (by the hardware), "bfloat16" or "float16" (forced);
+	// bertgraph.AMPPrecision resolves it.
+	AMP     string
 	Horovod bool
 	// gorovod
 	AllreduceBackend   string // auto, mpi or nccl
@@ -149,6 +152,34 @@ func (l labelsFlag) Set(s string) error {
 	return nil
 }
 
+// ampFlag is --amp: a boolean flag (--amp alone is --amp=true) that also takes bf16 or fp16.
+type ampFlag struct{ dst *string }
+
+func (a ampFlag) String() string {
+	if a.dst == nil {
+		return ""
+	}
+	return *a.dst
+}
+
+func (a ampFlag) Set(s string) error {
+	p, _, err := bertgraph.AMPPrecision(s, false, bertgraph.CPUBF16{})
+	if err != nil {
+		return errors.New("want true, false, bf16 or fp16")
+	}
+	switch {
+	case strings.EqualFold(s, "true") || s == "1":
+		*a.dst = "true"
+	case p == bertgraph.Float32: // off
+		*a.dst = ""
+	default:
+		*a.dst = p.String()
+	}
+	return nil
+}
+
+func (a ampFlag) IsBoolFlag() bool { return true }
+
 // exportDefault is a flag whose default is --saved_model's (fromTaskAndModel applies it): it
 // starts at run_classifier's default, which Get returns, but String is empty until the flag is
 // set, so that the usage shows no "(default 128)" that most models would contradict.
@@ -229,6 +260,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.LogStepCountSteps, "log_step_count_steps", c.LogStepCountSteps, "How often (in steps) rank 0 logs the loss and speed when its output is not a terminal.")
 	fs.BoolVar(&c.UseFP16, "use_fp16", c.UseFP16, "Compress the gradients to float16 for the allreduce (Horovod's Compression.fp16).")
 	fs.BoolVar(&c.UseXLA, "use_xla", c.UseXLA, "Compile the graphs with XLA (global_jit_level ON_1).")
+	fs.Var(ampFlag{&c.AMP}, "amp", "Mixed-precision training (NVIDIA BERT's flag): the matrix products of the train step in float16 with dynamic loss scaling on a GPU, in bfloat16 on a CPU with AVX512-BF16 or AMX, float32 elsewhere (said at start-up); =bf16 or =fp16 forces one. Weights, optimizer state and checkpoints stay float32 (docs/mixed-precision.md).")
 	fs.BoolVar(&c.Horovod, "horovod", c.Horovod, "Accepted for the Horovod recipe's command lines; no effect: every run is Horovod's (one rank without mpirun).")
 	// gorovod
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (each rank's GPU), or auto (nccl when every rank of a multi-rank job has a GPU and NCCL, else mpi).")

@@ -415,3 +415,26 @@ func TestFlagsMatchRunClassifierDefinitions(t *testing.T) {
 		}
 	}
 }
+
+// --amp is NVIDIA BERT's boolean flag (--amp alone turns it on) that also takes a precision.
+func TestAMPFlag(t *testing.T) {
+	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
+	for _, tc := range []struct{ args, want string }{
+		{"", ""}, {"--amp", "true"}, {"--amp=True", "true"}, {"--amp=false", ""}, {"--amp=0", ""},
+		{"--amp=bf16", "bfloat16"}, {"--amp=float16", "float16"}, {"--amp=fp32", ""},
+	} {
+		args := base
+		if tc.args != "" {
+			args = append(append([]string{}, base...), tc.args)
+		}
+		c, err := parseConfig(args, io.Discard)
+		if err != nil || c.AMP != tc.want {
+			t.Errorf("%s: AMP %q, %v; want %q", tc.args, c.AMP, err, tc.want)
+		}
+	}
+	_, err := parseConfig(append(base, "--amp=fp8"), io.Discard)
+	var u *usageError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "-amp") || !strings.Contains(err.Error(), "bf16 or fp16") {
+		t.Errorf("--amp=fp8: %v", err)
+	}
+}

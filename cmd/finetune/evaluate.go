@@ -49,6 +49,12 @@ func (j *job) evaluate(step int64) error {
 		GlobalStep: step,
 		Examples:   total.Examples,
 	}
+	if c.AMP != "" {
+		res.Precision = j.model.Precision().String()
+		if j.model.Precision() == bertgraph.Float16 && j.lossScale != 0 {
+			res.LossScale = float64(j.lossScale)
+		}
+	}
 	path := filepath.Join(c.OutputDir, "eval_results.txt")
 	if err := writeEvalResults(path, res); err != nil {
 		return err
@@ -59,6 +65,12 @@ func (j *job) evaluate(step int64) error {
 	j.console.infof("  eval_loss = %s", pyFloat32(res.Loss))
 	j.console.infof("  global_step = %d", res.GlobalStep)
 	j.console.infof("  loss = %s", pyFloat32(res.BatchLoss))
+	if res.LossScale != 0 {
+		j.console.infof("  loss_scale = %s", pyFloat32(res.LossScale))
+	}
+	if res.Precision != "" {
+		j.console.infof("  precision = %s", res.Precision)
+	}
 	return nil
 }
 

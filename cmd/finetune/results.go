@@ -15,6 +15,10 @@ type evalResult struct {
 	BatchLoss  float64 // mean over eval batches of each batch's mean loss (Estimator's `loss`)
 	GlobalStep int64
 	Examples   int // real examples evaluated (logged, not written: run_classifier does not)
+	// Precision of the train step, written with --amp only (run_classifier's file has
+	// four keys); LossScale the final loss scale of a float16 run, written when not 0.
+	Precision string
+	LossScale float64
 }
 
 // writeEvalResults writes eval_results.txt as run_classifier does: `key = value` lines sorted by
@@ -25,6 +29,12 @@ func writeEvalResults(path string, r evalResult) error {
 		"eval_loss = " + pyFloat32(r.Loss),
 		"global_step = " + strconv.FormatInt(r.GlobalStep, 10),
 		"loss = " + pyFloat32(r.BatchLoss),
+	}
+	if r.LossScale != 0 {
+		lines = append(lines, "loss_scale = "+pyFloat32(r.LossScale))
+	}
+	if r.Precision != "" {
+		lines = append(lines, "precision = "+r.Precision)
 	}
 	return atomicfile.Write(path, []byte(strings.Join(lines, "\n")+"\n"))
 }

@@ -36,6 +36,8 @@ type job struct {
 	stop       *stopper
 	console    *console
 	bare       bool // run without arguments: the default task
+	// lossScale is the loss scale after the last training step (trainer.Result; 1 unless float16).
+	lossScale float32
 }
 
 // errInterrupted ends a run stopped by a signal: in the training loop after rank 0 wrote the
@@ -217,7 +219,12 @@ func (j *job) prepare() error {
 	if err != nil {
 		return err
 	}
-	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions(gpus)})
+	precision, why, err := bertgraph.AMPPrecision(c.AMP, gpus != "", bertgraph.DetectCPUBF16())
+	if err != nil {
+		return err
+	}
+	j.console.infof("precision: %s", why)
+	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions(gpus), Precision: precision})
 	if err != nil {
 		return err
 	}

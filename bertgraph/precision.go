@@ -1,0 +1,130 @@
+package bertgraph
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Precision is the dtype train_step computes its matrix products in. Weights, optimizer slots,
+// gradients, checkpoints and everything element-wise stay float32 in every precision, so a
+// checkpoint of one precision restores in another.
+type Precision int
+
+const (
+	// Float32 is full precision.
+	Float32 Precision = iota
+	// BFloat16 runs the matrix products in bfloat16: float32's range, so no loss scaling. It
+	// pays on CPUs with AVX512-BF16 or AMX; elsewhere TensorFlow runs it, only slower.
+	BFloat16
+	// Float16 runs the matrix products in float16 with dynamic loss scaling (GPUs).
+	Float16
+)
+
+// ParsePrecision reads "float32", "bfloat16" or "float16" (or "fp32", "bf16", "fp16").
+func ParsePrecision(s string) (Precision, error) {
+	switch strings.ToLower(s) {
+	case "float32", "fp32":
+		return Float32, nil
+	case "bfloat16", "bf16":
+		return BFloat16, nil
+	case "float16", "fp16":
+		return Float16, nil
+	}
+	return Float32, fmt.Errorf("bertgraph: precision %q is none of float32, bfloat16, float16", s)
+}
+
+func (p Precision) String() string {
+	switch p {
+	case BFloat16:
+		return "bfloat16"
+	case Float16:
+		return "float16"
+	}
+	return "float32"
+}
+
+// trainStep is the train_step signature of the precision.
+func (p Precision) trainStep() string {
+	switch p {
+	case BFloat16:
+		return SigTrainStepBFloat16
+	case Float16:
+		return SigTrainStepFloat16
+	}
+	return SigTrainStep
+}
+
+// CPUBF16 is what the CPU offers bfloat16 matrix products: its flags from /proc/cpuinfo
+// (Linux's names) that oneDNN's bfloat16 kernels use.
+type CPUBF16 struct {
+	AVX512BF16 bool // avx512_bf16: VDPBF16PS dot products (Cooper Lake, Zen 4 and later)
+	AMXBF16    bool // amx_bf16: AMX tiles (Sapphire Rapids and later)
+	// Read says whether the flags could be read at all (Linux on x86-64).
+	Read bool
+}
+
+// Supported says whether bfloat16 products run faster than float32 ones on this CPU.
+func (c CPUBF16) Supported() bool { return c.AVX512BF16 || c.AMXBF16 }
+
+func (c CPUBF16) String() string {
+	if !c.Read {
+		return "CPU flags unknown (no /proc/cpuinfo flags line)"
+	}
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	return fmt.Sprintf("avx512_bf16 %s, amx_bf16 %s", yes(c.AVX512BF16), yes(c.AMXBF16))
+}
+
+// DetectCPUBF16 reads the first processor's flags from /proc/cpuinfo.
+func DetectCPUBF16() CPUBF16 { return cpuBF16From("/proc/cpuinfo") }
+
+func cpuBF16From(path string) CPUBF16 {
+	f, err := os.Open(path)
+	if err != nil {
+		return CPUBF16{}
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || strings.TrimSpace(key) != "flags" {
+			continue
+		}
+		flags := strings.Fields(value)
+		return CPUBF16{AVX512BF16: slices.Contains(flags, "avx512_bf16"), AMXBF16: slices.Contains(flags, "amx_bf16"), Read: true}
+	}
+	return CPUBF16{}
+}
+
+// AMPPrecision resolves an --amp setting: "" or "false" is Float32; "true" chooses by the
+// hardware (float16 with loss scaling on a GPU, bfloat16 on a CPU with AVX512-BF16 or AMX, else
+// float32, since bfloat16 products emulated in float32 arithmetic run slower than float32
+// ones); a precision name (ParsePrecision) forces it. The second result says what was chosen
+// and why, for the log.
+func AMPPrecision(amp string, onGPU bool, cpu CPUBF16) (Precision, string, error) {
+	switch strings.ToLower(amp) {
+	case "", "false", "0":
+		return Float32, "float32 (--amp off)", nil
+	case "true", "1":
+		switch {
+		case onGPU:
+			return Float16, "float16 matrix products with dynamic loss scaling (--amp on a GPU)", nil
+		case cpu.Supported():
+			return BFloat16, fmt.Sprintf("bfloat16 matrix products (--amp; the CPU has %s)", cpu), nil
+		}
+		return Float32, fmt.Sprintf("float32: --amp asked for bfloat16, but the CPU lacks AVX512-BF16 and AMX (%s), where bfloat16 runs slower than float32 (--amp=bf16 forces it)", cpu), nil
+	}
+	p, err := ParsePrecision(amp)
+	if err != nil {
+		return Float32, "", fmt.Errorf("--amp=%s: want true, false, bf16 or fp16", amp)
+	}
+	return p, fmt.Sprintf("%s matrix products (--amp=%s forced; CPU: %s)", p, amp, cpu), nil
+}
