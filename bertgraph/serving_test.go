@@ -233,8 +233,8 @@ func testClassifier(t *testing.T, dir string, m *Model) {
 		for i, p := range alone[k] {
 			for j, v := range p.Probabilities {
 				if d := math.Abs(float64(v - want[k+i].Probabilities[j])); d > 1e-5 {
-					t.Errorf("texts[%d:] text %d: %v, in the full batch %v (differs by %g, more than rounding)",
-						k, k+i, p.Probabilities, want[k+i].Probabilities, d)
+					t.Errorf("texts[%d:] text %d: %v, in the full batch %v (differs by %g, more than rounding on the %s)",
+						k, k+i, p.Probabilities, want[k+i].Probabilities, d, testenv.CPU())
 					break
 				}
 			}

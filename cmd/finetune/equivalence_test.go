@@ -109,16 +109,16 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 		t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", fp32.Steps, fp32.Variables, steps)
 	}
 	if fp32.MaxLossDiff > 1e-5 || fp32.MaxWeightDiff > 1e-5 {
-		t.Errorf("fp32: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g, weights by %g (bound 1e-5)",
-			b, 2*b, fp32.MaxLossDiff, fp32.MaxWeightDiff)
+		t.Errorf("fp32: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g, weights by %g (bound 1e-5; the batch shapes differ, so rounding depends on the %s)",
+			b, 2*b, fp32.MaxLossDiff, fp32.MaxWeightDiff, testenv.CPU())
 	}
 	// fp16 rounds each gradient to 11 significant bits (relative error 2^-11); Adam's update
 	// m/sqrt(v) is scale-free, so a weight moves by at most the learning rate per step whatever
 	// the rounding. Bounds (README, Tests, `finetune`): loss within 1e-3, weights within
 	// steps x peak learning rate x 0.1.
 	if fp16.MaxLossDiff > fp16LossBound || fp16.MaxWeightDiff > steps*2e-3*fp16WeightFraction {
-		t.Errorf("fp16: loss differs by %g (bound %g), weights by %g (bound %g)",
-			fp16.MaxLossDiff, fp16LossBound, fp16.MaxWeightDiff, steps*2e-3*fp16WeightFraction)
+		t.Errorf("fp16: loss differs by %g (bound %g), weights by %g (bound %g; %s)",
+			fp16.MaxLossDiff, fp16LossBound, fp16.MaxWeightDiff, steps*2e-3*fp16WeightFraction, testenv.CPU())
 	}
 	if fp16.MaxWeightDiff == 0 {
 		t.Errorf("fp16 compression changed nothing: is it applied?")
@@ -157,8 +157,8 @@ func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 			t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", ranks.Steps, ranks.Variables, steps)
 		}
 		if ranks.MaxLossDiff > ampLossBound || ranks.MaxWeightDiff > steps*2e-3*ampWeightFraction {
-			t.Errorf("--amp=%s: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g (bound %g), weights by %g (bound %g)",
-				amp, b, 2*b, ranks.MaxLossDiff, ampLossBound, ranks.MaxWeightDiff, steps*2e-3*ampWeightFraction)
+			t.Errorf("--amp=%s: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g (bound %g), weights by %g (bound %g; %s)",
+				amp, b, 2*b, ranks.MaxLossDiff, ampLossBound, ranks.MaxWeightDiff, steps*2e-3*ampWeightFraction, testenv.CPU())
 		}
 	}
 	// The two precisions really train differently (the mixed signatures are driven; float32's

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -92,4 +93,40 @@ func Python(t testing.TB, script string, args ...string) []byte {
 		t.Fatalf("testenv: python: %v\n%s", err, stderr.Bytes())
 	}
 	return stdout.Bytes()
+}
+
+// CPU names this machine's processor and the instruction sets that make oneDNN choose other
+// kernels (AVX-512, its BF16 and FP16 extensions, AMX), for the failure message of a test that
+// holds TensorFlow's float results to a tolerance: rounding differs from CPU to CPU, so a bound
+// that held on one may not on another, and the message should say which CPU broke it.
+func CPU() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH + " (no /proc/cpuinfo)"
+	}
+	model, flags := runtime.GOARCH, map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "model name":
+			model = strings.TrimSpace(v)
+		case "flags":
+			for _, f := range strings.Fields(v) {
+				flags[f] = true
+			}
+		}
+		if len(flags) > 0 && model != runtime.GOARCH {
+			break
+		}
+	}
+	var have []string
+	for _, f := range []string{"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"} {
+		if flags[f] {
+			have = append(have, f)
+		}
+	}
+	return fmt.Sprintf("CPU %s with %s", model, strings.Join(have, ", "))
 }

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -36,5 +37,29 @@ func TestRequireSkipsOrFailsOnAMissingFixture(t *testing.T) {
 	var o outcome
 	if got := (Fixture{Rel: "go.mod"}).Require(&o); got != Root()+"/go.mod" || o.skipped != "" || o.failed != "" {
 		t.Errorf("go.mod: %q, skipped %q, failed %q", got, o.skipped, o.failed)
+	}
+}
+
+// CPU names the processor that /proc/cpuinfo describes and only instruction sets it lists.
+func TestCPUNamesTheProcessor(t *testing.T) {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip("no /proc/cpuinfo on this system")
+	}
+	got := CPU()
+	model := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			model = strings.TrimSpace(v)
+			break
+		}
+	}
+	if model != "" && !strings.Contains(got, model) {
+		t.Errorf("CPU() = %q, want the model name %q", got, model)
+	}
+	for _, f := range []string{"avx512_bf16", "amx_bf16"} {
+		if strings.Contains(got, f) != strings.Contains(string(b), " "+f) {
+			t.Errorf("CPU() = %q says %s wrongly for this machine", got, f)
+		}
 	}
 }
