@@ -12,7 +12,8 @@
 # For each failed run it also prints when the last rank ended (its process looked for on its
 # machine, since a rank cut off from the launcher cannot be heard). The link down for good must
 # end every rank within down_bound seconds, with rank 0's stall message naming nodeb as the
-# machine that does not answer: the script fails otherwise.
+# machine that does not answer: the script fails otherwise. mpirun, which may wait for the
+# cut-off machine's daemon long after that, is stopped 30 s after the last rank ended.
 # With TCP_RETRIES2=N every machine of the job gives up on an unacknowledged TCP connection after
 # N retransmissions (net.ipv4.tcp_retries2, 15 by default: about 15 minutes), set as the fault
 # begins. Needs root (mpirun.sh) and nft (Debian's nftables) for the losses. WORK is emptied first.
@@ -120,10 +121,17 @@ for fault in "$@"; do
 	esac
 	# Until the job ends, the time at which no rank is left on any machine: a rank cut off from
 	# the launcher cannot be heard, so its process is looked for in its machine's namespace.
-	ranks_gone=
+	# mpirun may wait for a cut-off machine's daemon long after the last rank ended: 30 s after
+	# that, the script stops it (timeout signals mpirun.sh, which removes the machines).
+	ranks_gone='' stopped=''
 	while kill -0 "$job" 2>/dev/null; do
+		now=$(($(date +%s) - start))
 		if [ -z "$ranks_gone" ] && [ "$(ranks_left "$prefix")" = 0 ]; then
-			ranks_gone=$(($(date +%s) - start))
+			ranks_gone=$now
+		fi
+		if [ -n "$ranks_gone" ] && [ -z "$stopped" ] && [ "$now" -ge $((ranks_gone + 30)) ]; then
+			stopped=$now
+			kill -TERM "$job" 2>/dev/null || true
 		fi
 		sleep 0.5
 	done
@@ -137,7 +145,9 @@ for fault in "$@"; do
 		"$python" "$here/../compare_checkpoints.py" "$work/reference" "$work/$fault" | sed 's/^/  /'
 		continue
 	fi
-	if [ "$code" = 124 ] || [ "$code" = 137 ]; then
+	if [ -n "$stopped" ]; then
+		echo "  mpirun still running $stopped s after the fault, 30 s after the last rank ended: stopped by this script"
+	elif [ "$code" = 124 ] || [ "$code" = 137 ]; then
 		echo "  still running $took s after the fault: ended by the ${limit}s bound (exit $code)"
 	else
 		echo "  failed (exit $code) $took s after the fault began"
