@@ -139,8 +139,8 @@ func Record(p Peer) []byte {
 			return out
 		}
 		if len(p.Addrs) == 0 {
-			// A host name longer than a record: keep its start.
-			p.Host = p.Host[:min(len(p.Host), RecordSize/2)]
+			// A host name too long for a record (or escaped into too long a one): keep its start.
+			p.Host = p.Host[:len(p.Host)/2]
 			continue
 		}
 		p.Addrs = p.Addrs[:len(p.Addrs)-1]
@@ -267,11 +267,11 @@ func Describe(self Peer, results []Result) string {
 	}
 	var groups []*group
 	for _, r := range failed {
-		reason := Reason(r.Err)
-		i := slices.IndexFunc(groups, func(g *group) bool { return g.host == r.Peer.Host && g.reason == reason })
+		why := reason(r.Err)
+		i := slices.IndexFunc(groups, func(g *group) bool { return g.host == r.Peer.Host && g.reason == why })
 		if i < 0 {
 			i = len(groups)
-			groups = append(groups, &group{host: r.Peer.Host, reason: reason})
+			groups = append(groups, &group{host: r.Peer.Host, reason: why})
 		}
 		g := groups[i]
 		g.ranks = append(g.ranks, strconv.Itoa(r.Peer.Rank))
@@ -299,8 +299,8 @@ func Describe(self Peer, results []Result) string {
 // kernel removes the link's routes with its carrier).
 func noRoute(err error) bool { return errors.Is(err, syscall.ENETUNREACH) }
 
-// Reason says why a connection failed, in a few words.
-func Reason(err error) string {
+// reason says why a connection failed, in a few words.
+func reason(err error) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, errNoAddress):

@@ -141,6 +141,11 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil || back[0].Host != "nodea" || len(back[0].Addrs) == 0 || len(back[0].Addrs) >= len(big.Addrs) {
 		t.Errorf("oversized record: %v, %d addresses back of %d", err, len(back[0].Addrs), len(big.Addrs))
 	}
+	// A host name whose JSON escapes outgrow a record is shortened until it fits.
+	odd := Record(Peer{Host: strings.Repeat("\x01", RecordSize)})
+	if back, err := Parse(odd); err != nil || len(back[0].Host) == 0 || !strings.HasPrefix(strings.Repeat("\x01", RecordSize), back[0].Host) {
+		t.Errorf("a host name too long for a record: %v, %+v", err, back)
+	}
 	if _, err := Parse(rec[:100]); err == nil {
 		t.Error("Parse accepted a partial record")
 	}
