@@ -136,13 +136,13 @@ func (c *controller) watchdog() {
 		what, _ := c.busyWhat.Load().(string)
 		if abort > 0 && d >= abort {
 			c.h.log.Printf("aborting the job: %s on the %s backend has not completed in %v "+
-				"(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): %s", what, c.data.Name(), d.Round(time.Millisecond), c.lateRanks(what))
+				"(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): %s", what, c.data.Name(), d.Round(time.Millisecond), c.stallCause(what))
 			c.control.Abort(1)
 		}
 		if warn > 0 && d >= warn && warned != since {
 			warned = since
 			c.h.log.Printf("stall: %s on the %s backend has not completed in %v: %s",
-				what, c.data.Name(), d.Round(time.Millisecond), c.lateRanks(what))
+				what, c.data.Name(), d.Round(time.Millisecond), c.stallCause(what))
 		}
 	}
 }

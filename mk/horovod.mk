@@ -23,8 +23,9 @@
 #   make network-faults finetune on 2 simulated machines while nodeb's link goes down for good,
 #                       goes down for 5 s, or loses 1% or 10% of its packets: how each job ends,
 #                       after how long, its checkpoint and resume, its weights against an
-#                       undisturbed run (scripts/fake-nodes/faults.sh; needs root; a report, not
-#                       a test)
+#                       undisturbed run (scripts/fake-nodes/faults.sh; needs root; a report, and
+#                       a test for the link down for good: rank 0 names nodeb, every rank ends
+#                       within 91 s, the resume finishes)
 #
 # go-test runs the same suites as a job of size 1, the in-process multi-rank controller tests, and
 # the failure tests (dead, stalled, frozen rank), which launch their own mpirun.

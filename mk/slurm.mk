@@ -7,21 +7,27 @@
 #                    and CrossRank against SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID; sbatch
 #                    scripts/slurm/finetune-cpu.sbatch trains the tiny model on 2 nodes x 1 rank; and
 #                    the same job cancelled with scancel mid-training leaves a whole checkpoint that a
-#                    resubmission resumes to the end (scripts/fake-nodes/test-slurm.sh)
+#                    resubmission resumes to the end (scripts/fake-nodes/test-slurm.sh); last, a
+#                    cluster whose command fails while a job runs on both nodes must leave no
+#                    daemon, job step or namespace behind (scripts/fake-nodes/test-slurm-cleanup.sh).
+#                    Part of make test, after test-multinode (which it must not disturb).
 
 SLURM_BUILD := $(CACHE)/slurm
 SLURM_DEBS := slurmd slurmctld slurm-client munge
 
 .PHONY: test-slurm slurm-debs
+TEST_TARGETS += test-slurm
 
 # The Makefile's debs, for Slurm's packages only.
 slurm-debs:
 	@$(MAKE) --no-print-directory debs DEBS='$(SLURM_DEBS)'
 
-test-slurm: debs slurm-debs tflib
+# The tiny model and IMDB, made here when test-slurm runs alone.
+test-slurm: debs slurm-debs tflib $(TINY_MODEL_DIR)/.stamp $(IMDB_DIR)/.stamp
 	$(VENV)/bin/shellcheck -x $(ROOT)/scripts/fake-nodes/*.sh $(ROOT)/scripts/slurm/*.sbatch
 	@mkdir -p $(SLURM_BUILD)
 	cd $(ROOT) && $(GO) test -c -o $(SLURM_BUILD)/conformance.test ./horovod/conformance
 	cd $(ROOT) && $(GO) build -o $(SLURM_BUILD)/finetune ./cmd/finetune
 	timeout -k 10 900 $(ROOT)/scripts/fake-nodes/slurm.sh nodea:2,nodeb:2 $(ROOT)/scripts/fake-nodes/test-slurm.sh \
 		$(SLURM_BUILD)/conformance.test $(SLURM_BUILD)/finetune $(CACHE)/model/tiny $(CACHE)/data/imdb
+	$(ROOT)/scripts/fake-nodes/test-slurm-cleanup.sh

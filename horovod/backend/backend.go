@@ -12,7 +12,10 @@
 // All buffers are host memory. A GPU backend stages them to and from the device itself.
 package backend
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // DType is the element type of a buffer. The zero value is invalid so that a forgotten dtype is an
 // error rather than a silent uint8.
@@ -175,6 +178,18 @@ type RollCall interface {
 	// (itself included) and those it cannot tell about; every other rank has not entered it. ok
 	// is false when no collective is in progress or the one in progress keeps no roll call.
 	Reached() (reached, unknown []int, ok bool)
+}
+
+// PeerProber is implemented by a Backend that can try to reach its peers over the network
+// without its collectives, which block when a peer cannot be reached: horovod's watchdog asks
+// when a collective stalls, so that its message names the machines that do not answer (a link
+// down for good) or says that this machine is the one cut off. Like Reached, ProbePeers may be
+// called from any goroutine, concurrently with the collective that stalled.
+type PeerProber interface {
+	Backend
+	// ProbePeers tries every other rank within about timeout and says what it found, in a
+	// phrase for the stall message.
+	ProbePeers(timeout time.Duration) string
 }
 
 // HostAllocator is implemented by a data Backend whose collectives move host memory of its own

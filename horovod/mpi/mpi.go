@@ -30,12 +30,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/peerprobe"
 )
 
 func init() {
@@ -92,6 +95,9 @@ type Comm struct {
 	serving atomic.Bool
 	// wait: how a rank early in a small allgather waits for its peers.
 	wait backend.Wait
+	// probeListener answers the peers' probes; peers are where to probe them (probe.go).
+	probeListener *peerprobe.Listener
+	peers         []peerprobe.Peer
 }
 
 var (
@@ -111,6 +117,10 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 	ready := make(chan error)
 	go c.serve(ready)
 	if err := <-ready; err != nil {
+		return nil, err
+	}
+	if err := c.openProbe(); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -308,12 +318,21 @@ func (c *Comm) Barrier() error {
 	return c.call("MPI_Barrier", func() C.int { return C.hvd_mpi_barrier() })
 }
 
+// abortGrace is how long Abort lets MPI_Abort end the process before exiting by itself.
+const abortGrace = 10 * time.Second
+
 // Abort is MPI_Abort, called from the caller's thread: the loop may be blocked in a
 // collective that will never complete, which is usually why Abort is called. That is the one
 // call that may overlap another; MPI_THREAD_SERIALIZED leaves it undefined by the standard,
 // and we rely on OpenMPI's MPI_Abort, which only asks the runtime (ORTE) to kill the job and
-// touches no communicator state (the frozen-rank job of make test-mpi exercises it).
+// touches no communicator state (the frozen-rank job of make test-mpi exercises it). On a
+// machine cut off from the launcher MPI_Abort waits for it forever: after abortGrace the
+// process exits with code by itself, so that every rank ends within a bounded time.
 func (c *Comm) Abort(code int) {
+	time.AfterFunc(abortGrace, func() {
+		fmt.Fprintf(os.Stderr, "mpi: MPI_Abort has not ended this process in %v (the launcher cannot be reached): exiting\n", abortGrace)
+		os.Exit(code)
+	})
 	C.hvd_mpi_abort(C.int(code))
 	select {} // MPI_Abort does not return; if it did, never let the caller carry on.
 }
@@ -326,6 +345,7 @@ func (c *Comm) Close() error {
 		return ErrClosed
 	}
 	c.mu.Unlock()
+	c.closeProbe()
 	var rc C.int
 	done := make(chan struct{})
 	c.calls <- func() { rc = C.hvd_mpi_finalize(); close(done) }

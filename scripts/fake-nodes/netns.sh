@@ -67,7 +67,7 @@ fake_nodes_traps() {
 }
 
 # fake_nodes_reap: deletes the namespaces of jobs whose process is gone (one killed with SIGKILL,
-# which no trap sees). A job's own prefix names its PID.
+# which no trap sees), and ends what still runs in them. A job's own prefix names its PID.
 fake_nodes_reap() {
 	[ -d /run/netns ] || return 0
 	for ns in /run/netns/gorovod-*; do
@@ -76,8 +76,29 @@ fake_nodes_reap() {
 		pid=${name#gorovod-}
 		pid=${pid%%-*}
 		case $pid in '' | *[!0-9]*) continue ;; esac
-		kill -0 "$pid" 2>/dev/null || ip netns del "$name" 2>/dev/null || true
+		kill -0 "$pid" 2>/dev/null || fake_nodes_del "$name"
 	done
+}
+
+# fake_nodes_del NS: ends every process in namespace NS (SIGTERM, then SIGKILL to those still
+# there after 2 s: slurmstepd, a daemon waiting on a dead link) and deletes it. A process left
+# inside would keep the namespace alive, unnamed and unreachable by any later cleanup.
+fake_nodes_del() {
+	pids=$(ip netns pids "$1" 2>/dev/null) || pids=
+	if [ -n "$pids" ]; then
+		# One pid a line: split, meant.
+		# shellcheck disable=SC2086
+		kill $pids 2>/dev/null || true
+		tries=0
+		while [ -n "$(ip netns pids "$1" 2>/dev/null)" ] && [ "$tries" -lt 20 ]; do
+			tries=$((tries + 1))
+			sleep 0.1
+		done
+		pids=$(ip netns pids "$1" 2>/dev/null) || pids=
+		# shellcheck disable=SC2086
+		[ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+	fi
+	ip netns del "$1" 2>/dev/null || true
 }
 
 # fake_nodes_no_ipv6 NS: no IPv6 in namespace NS, so no link-local address either (only
@@ -115,12 +136,12 @@ fake_nodes_up() {
 	done
 }
 
-# fake_nodes_down PREFIX: deletes the job's namespaces and so its interfaces; processes still
-# inside one keep it alive, unnamed, until they end.
+# fake_nodes_down PREFIX: ends every process still in the job's namespaces (a daemon, a rank
+# whose link is down) and deletes them, and so their interfaces.
 fake_nodes_down() {
 	[ -d /run/netns ] || return 0
 	for ns in "/run/netns/$1" "/run/netns/$1"-*; do
-		[ -e "$ns" ] && ip netns del "${ns#/run/netns/}"
+		[ ! -e "$ns" ] || fake_nodes_del "${ns#/run/netns/}"
 	done
 	return 0
 }

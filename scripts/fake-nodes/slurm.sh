@@ -6,10 +6,11 @@
 # the controller's side, as a user logged into the cluster would: srun, sbatch, squeue, scancel
 # find the cluster through SLURM_CONF. Everything (keys, configuration, spool, logs, the
 # namespaces) lives in a temporary folder and in namespaces named gorovod-PID-*, made here and
-# removed when COMMAND ends, fails or is signalled; the daemons' logs are printed if COMMAND
-# fails. The jobs' programs get GOROVOD_SLURM_DIR, a folder shared by every node, for their
-# files, and GOROVOD_FAKE_NODES_IF, the name of each host's interface (as under mpirun.sh). Needs root, Debian's slurmd, slurmctld, slurm-client and munge (make test-slurm installs
-# them), and mpi_pmix for srun --mpi=pmix.
+# removed, with every process in them, when COMMAND ends, fails or is signalled; the daemons'
+# logs are printed if COMMAND fails. The jobs' programs get GOROVOD_SLURM_DIR, a folder shared by
+# every node, for their files, and GOROVOD_FAKE_NODES_IF, the name of each host's interface (as
+# under mpirun.sh). Needs root, Debian's slurmd, slurmctld, slurm-client and munge (make
+# test-slurm installs them), and mpi_pmix for srun --mpi=pmix.
 set -eu
 if [ $# -lt 2 ]; then
 	echo "usage: $0 HOST:CPUS[,HOST:CPUS...] COMMAND [ARGS]" >&2
@@ -32,16 +33,9 @@ dir=$(mktemp -d)
 # munged requires every folder above its socket to be searchable by all.
 chmod 711 "$dir"
 prefix=gorovod-$$
+# Every daemon, job step and rank runs inside the job's namespaces: deleting them ends them all,
+# slurmstepd and the steps of a job still running included.
 cleanup() {
-	for pidfile in "$dir"/*.pid; do
-		[ -e "$pidfile" ] || continue
-		kill "$(cat "$pidfile")" 2>/dev/null || true
-	done
-	sleep 1
-	for pidfile in "$dir"/*.pid; do
-		[ -e "$pidfile" ] || continue
-		kill -9 "$(cat "$pidfile")" 2>/dev/null || true
-	done
 	fake_nodes_down "$prefix"
 	rm -rf "$dir"
 }
@@ -109,12 +103,12 @@ for host in $hosts; do
 	mkdir -m 1777 "$dir/tmp-$host"
 	mkdir "$dir/spool-$host"
 done
-sh -c "$munged_cmd" "$dir" ctl
 
 fake_nodes_reap
 # The host names are checked by fake_nodes_layout: split on spaces, meant.
 # shellcheck disable=SC2086
 fake_nodes_up "$prefix" $hosts
+nsenter --net="/run/netns/$prefix" sh -c "$munged_cmd" "$dir" ctl
 # The daemons fork into the background, each in its namespaces; their pid files are in $dir.
 # The single quotes are meant: $1 is the inner shell's.
 # shellcheck disable=SC2016
