@@ -325,8 +325,10 @@ func TestStallWarningNamesTensorsAndRanks(t *testing.T) {
 	if got := logs[0].String(); !strings.Contains(got, "Missing ranks:\n1: [lonely]\n") {
 		t.Errorf("rank 0 logged:\n%s", got)
 	}
-	if logs[1].String() != "" {
-		t.Errorf("only rank 0 reports stalls; rank 1 logged %q", logs[1].String())
+	// Rank 1 may say that it did not run for a while itself (a loaded machine starves it of
+	// CPU): that is its own account, not the report of missing ranks, which is rank 0's alone.
+	if strings.Contains(logs[1].String(), "Missing ranks") {
+		t.Errorf("only rank 0 reports missing ranks; rank 1 logged %q", logs[1].String())
 	}
 }
 
