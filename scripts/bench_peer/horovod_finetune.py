@@ -28,11 +28,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]
 from bertgraph.exporter import checkpoint, contract  # noqa: E402
 from bertgraph.exporter.config import BertConfig  # noqa: E402
-from bertgraph.exporter.model import BertClassifier  # noqa: E402
-from bertgraph.exporter.optimizer import AdamWeightDecay  # noqa: E402
+from bench_mwms import training  # noqa: E402
 
 
 def main():
@@ -54,20 +54,9 @@ def main():
     meta = contract.read(a.saved_model)
     config = BertConfig.from_dict(meta["bert_config"])
     seq = meta["max_seq_length"]
-    model = BertClassifier(config, meta["num_labels"])
-    loaded = model.load_values(checkpoint.read(a.init_checkpoint))
-    if not loaded:
+    model, global_step, optimizer, variables, parse = training(tf, config, meta["num_labels"], seq)
+    if not model.load_values(checkpoint.read(a.init_checkpoint)):
         sys.exit(f"horovod_finetune.py: {a.init_checkpoint}: no variable of the model in it")
-    global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    optimizer = AdamWeightDecay(model.named_variables)
-    variables = [v for _, v in model.named_variables]
-
-    spec = {k: tf.io.FixedLenFeature([seq], tf.int64) for k in ("input_ids", "input_mask", "segment_ids")}
-    spec["label_ids"] = tf.io.FixedLenFeature([], tf.int64)
-
-    def parse(record):
-        ex = tf.io.parse_single_example(record, spec)
-        return {k: tf.cast(v, tf.int32) for k, v in ex.items()}
 
     ds = tf.data.TFRecordDataset(a.records[hvd.rank()]).repeat().map(parse)
     batches = iter(ds.batch(a.batch_size, drop_remainder=True).prefetch(2))
