@@ -10,7 +10,8 @@
 #                    then fine-tuning MiniLM at 1 and 2 ranks, gorovod's finetune against the
 #                    exporter's model under Horovod (DistributedGradientTape), at Horovod's
 #                    defaults and with mpi_yield_when_idle, and the initial broadcast of the
-#                    model's variables (scripts/bench_peer/finetune.py; about 10 minutes).
+#                    model's variables (scripts/bench_peer/finetune.py; 10 minutes with 3 steps
+#                    at load average 4-9).
 #
 # Not part of `make test` or `make bench`: it needs cmake, g++ and libopenmpi-dev, and the build
 # takes minutes. PEER_SIZES and PEER_RANKS narrow the run, e.g.
@@ -26,8 +27,8 @@ PEER_PY              := $(PEER_VENV)/bin/python
 PEER_RANKS           ?= 2 3
 PEER_SIZES           ?= 4K,64K,1M,16M,64M,256M
 PEER_MPIRUN          := timeout 1800 $(MPIRUN)
-PEER_FINETUNE_STEPS   ?= 6
-PEER_FINETUNE_REPEATS ?= 2
+PEER_FINETUNE_STEPS   ?= 4
+PEER_FINETUNE_REPEATS ?= 1
 
 .PHONY: bench-peer peer-horovod
 peer-horovod: $(PEER_VENV)/.stamp

@@ -63,8 +63,8 @@ def main():
                  "--data_dir", "--work"):
         p.add_argument(flag, required=True)
     p.add_argument("--batch_size", type=int, default=16, help="per rank (the default task's)")
-    p.add_argument("--steps", type=int, default=6, help="timed steps after the first")
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--steps", type=int, default=4, help="timed steps after the first")
+    p.add_argument("--repeats", type=int, default=1)
     a = p.parse_args()
     work = pathlib.Path(a.work)
     # (key, what, ranks, the 1-rank run its overhead is measured from)

@@ -3,7 +3,7 @@
 Run under mpirun with the peer virtualenv (Horovod built with MPI, TensorFlow):
 
     mpirun -np 2 .cache/peer/venv-.../bin/python scripts/bench_peer/horovod_finetune.py \
-        --saved_model DIR --init_checkpoint CKPT --records R0 [R1 ...] --batch_size 16 --steps 6
+        --saved_model DIR --init_checkpoint CKPT --records R0 [R1 ...] --batch_size 16 --steps 4
 
 Every rank builds the exporter's BERT classifier (bertgraph/exporter: the bert_config.json and
 label count of the training SavedModel DIR, the graph gorovod's finetune runs), loads the weights
@@ -41,7 +41,7 @@ def main():
     p.add_argument("--init_checkpoint", required=True, help="the checkpoint its weights came from")
     p.add_argument("--records", nargs="+", required=True, help="one train.tf_record per rank")
     p.add_argument("--batch_size", type=int, required=True, help="per rank")
-    p.add_argument("--steps", type=int, default=6, help="timed steps after the first")
+    p.add_argument("--steps", type=int, default=4, help="timed steps after the first")
     p.add_argument("--broadcast_repeats", type=int, default=5)
     a = p.parse_args()
 
