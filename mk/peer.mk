@@ -6,12 +6,17 @@
 #                    then prints in one run, for raw MPI, Horovod and gorovod: allreduce (Sum,
 #                    Average, Average with fp16 compression) from 4 KiB to 256 MiB, allgather and
 #                    broadcast, on 2 and 3 ranks (scripts/bench_peer: Horovod's side under mpirun,
-#                    and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer).
-#                    The fine-tuning throughput comparison is not in it yet.
+#                    and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer);
+#                    then fine-tuning MiniLM at 1 and 2 ranks, gorovod's finetune against the
+#                    exporter's model under Horovod (DistributedGradientTape), at Horovod's
+#                    defaults and with mpi_yield_when_idle, and the initial broadcast of the
+#                    model's variables (scripts/bench_peer/finetune.py; 10 minutes with 3 steps
+#                    at load average 4-9).
 #
 # Not part of `make test` or `make bench`: it needs cmake, g++ and libopenmpi-dev, and the build
 # takes minutes. PEER_SIZES and PEER_RANKS narrow the run, e.g.
-# `make bench-peer PEER_SIZES=4K,1M PEER_RANKS=2`.
+# `make bench-peer PEER_SIZES=4K,1M PEER_RANKS=2`; PEER_FINETUNE_STEPS and PEER_FINETUNE_REPEATS
+# size the fine-tuning rows (timed steps per run, interleaved runs of which the best counts).
 
 PEER_HOROVOD_VERSION := 0.28.1
 # The newest TensorFlow Horovod 0.28.1 compiles against (its C++ ABI and op registration).
@@ -22,6 +27,8 @@ PEER_PY              := $(PEER_VENV)/bin/python
 PEER_RANKS           ?= 2 3
 PEER_SIZES           ?= 4K,64K,1M,16M,64M,256M
 PEER_MPIRUN          := timeout 1800 $(MPIRUN)
+PEER_FINETUNE_STEPS   ?= 4
+PEER_FINETUNE_REPEATS ?= 1
 
 .PHONY: bench-peer peer-horovod
 peer-horovod: $(PEER_VENV)/.stamp
@@ -44,7 +51,7 @@ $(PEER_VENV)/.stamp: | debs
 
 # Each side runs alone on the machine (gorovod's with raw MPI side by side, then Horovod's), per
 # job size; the table joins them.
-bench-peer: peer-horovod
+bench-peer: peer-horovod setup data finetune-bin
 	@mkdir -p $(PEER_DIR)
 	cd $(ROOT) && $(GO) build -o $(PEER_DIR)/bench ./horovod/internal/bench
 	for np in $(PEER_RANKS); do \
@@ -52,3 +59,7 @@ bench-peer: peer-horovod
 	  $(PEER_MPIRUN) -np $$np $(PEER_PY) $(ROOT)/scripts/bench_peer/horovod_collectives.py $(PEER_SIZES) > $(PEER_DIR)/horovod-$$np.tsv; \
 	  $(PEER_PY) $(ROOT)/scripts/bench_peer/table.py $$np $(PEER_DIR)/gorovod-$$np.tsv $(PEER_DIR)/horovod-$$np.tsv; \
 	done
+	cd $(ROOT) && $(PY) scripts/bench_peer/finetune.py --finetune $(FINETUNE_BIN) --bench $(PEER_DIR)/bench \
+	  --mpirun "$(PEER_MPIRUN)" --peer_python $(PEER_PY) --saved_model $(DEFAULT_MODEL_DIR) \
+	  --init_checkpoint $(MINILM_CKPT_DIR)/bert_model.ckpt --data_dir $(CACHE)/data/imdb --work $(PEER_DIR)/finetune \
+	  --steps $(PEER_FINETUNE_STEPS) --repeats $(PEER_FINETUNE_REPEATS)

@@ -35,6 +35,26 @@ def free_ports(n):
     return ports
 
 
+def training(tf, config, num_labels, seq):
+    """The exporter's classifier for ``config`` with its global step, optimizer and variables, and
+    a parser of run_classifier's records of ``seq`` tokens into int32 features."""
+    from bertgraph.exporter.model import BertClassifier
+    from bertgraph.exporter.optimizer import AdamWeightDecay
+
+    model = BertClassifier(config, num_labels)
+    global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    optimizer = AdamWeightDecay(model.named_variables)
+    variables = [v for _, v in model.named_variables]
+    spec = {k: tf.io.FixedLenFeature([seq], tf.int64) for k in ("input_ids", "input_mask", "segment_ids")}
+    spec["label_ids"] = tf.io.FixedLenFeature([], tf.int64)
+
+    def parse(record):
+        ex = tf.io.parse_single_example(record, spec)
+        return {k: tf.cast(v, tf.int32) for k, v in ex.items()}
+
+    return model, global_step, optimizer, variables, parse
+
+
 def worker(a):
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)
@@ -42,8 +62,6 @@ def worker(a):
     sys.path.insert(0, str(ROOT))
     from bertgraph.exporter import contract
     from bertgraph.exporter.config import BertConfig
-    from bertgraph.exporter.model import BertClassifier
-    from bertgraph.exporter.optimizer import AdamWeightDecay
 
     meta = contract.read(a.saved_model)
     config = BertConfig.from_dict(meta["bert_config"])
@@ -56,17 +74,7 @@ def worker(a):
 
     # Horovod's layout: every worker keeps its own copy of the variables (same seeded initial
     # values), the strategy all-reduces the gradients, and each worker applies the same update.
-    model = BertClassifier(config, num_labels)
-    global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    optimizer = AdamWeightDecay(model.named_variables)
-    variables = [v for _, v in model.named_variables]
-
-    spec = {k: tf.io.FixedLenFeature([seq], tf.int64) for k in ("input_ids", "input_mask", "segment_ids")}
-    spec["label_ids"] = tf.io.FixedLenFeature([], tf.int64)
-
-    def parse(record):
-        ex = tf.io.parse_single_example(record, spec)
-        return {k: tf.cast(v, tf.int32) for k, v in ex.items()}
+    model, global_step, optimizer, variables, parse = training(tf, config, num_labels, seq)
 
     def dataset_fn(ctx):
         # Worker i reads the records gorovod's rank i trained on.

@@ -296,8 +296,10 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 }
 
 // Reached is the roll call of the Allgatherv in progress (horovod's negotiation rounds are
-// allgathers): every rank tells rank 0 when it enters one, and rank 0 tells every rank. So rank 0
-// knows who has reached it, and the others know about rank 0 and themselves only.
+// allgathers): every rank that waits in one past the spin of the sleeping wait (50 us) tells
+// rank 0 that it has entered it, and rank 0 tells every rank. So once a round has waited that
+// long, rank 0 knows who has reached it, and the others know about rank 0 and themselves only.
+// A round that no rank waits for sends no note (see RollCalls).
 func (c *Comm) Reached() (reached, unknown []int, ok bool) {
 	if C.hvd_mpi_tracking() == 0 {
 		return nil, nil, false
@@ -311,6 +313,14 @@ func (c *Comm) Reached() (reached, unknown []int, ok bool) {
 		}
 	}
 	return reached, unknown, true
+}
+
+// RollCalls reads how many Allgathervs this process has made and how many of them took a roll
+// call (see Reached): the rest completed within the spin, with no message beyond their own.
+func (c *Comm) RollCalls() (allgathers, called uint64) {
+	var a, n C.uint64_t
+	C.hvd_mpi_roll_call_stats(&a, &n)
+	return uint64(a), uint64(n)
 }
 
 // Barrier is MPI_Barrier.

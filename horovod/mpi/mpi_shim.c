@@ -21,7 +21,12 @@ static int *reached = NULL;
 static int tracking = 0;
 static MPI_Request *notes = NULL; // receives first, then sends
 static int *note_from = NULL;     // the rank each receive in notes is from
-enum { HVD_NOTE_TAG = 0x6e6f };
+// Notes carry a tag of their round, so that a note left over from an earlier round (sent by a
+// rank that waited to a rank that did not, and so never received) never counts for a later one.
+// A leftover is at most one round old when it is drained, far from the HVD_NOTE_TAGS rounds after
+// which a tag comes back.
+enum { HVD_NOTE_TAG_BASE = 0x4000, HVD_NOTE_TAGS = 0x4000 };
+static uint64_t rounds = 0, roll_calls = 0; // allgathers, and those that took a roll call
 
 // The float16 operators call back into Go (package fp16, with its F16C path) once per block that
 // MPI hands them, so the conversion code exists once. Each widens both operands to float32,
@@ -138,23 +143,60 @@ static int64_t now_ns(void) {
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-// roll_call posts this rank's notes for a new allgather: rank 0 exchanges an empty message with
-// every other rank, the others with rank 0 only, so a round costs 2(size-1) empty messages.
-// It returns how many receives it posted at the start of notes (the sends follow them).
+static int note_tag(uint64_t round) { return HVD_NOTE_TAG_BASE + (int)(round % HVD_NOTE_TAGS); }
+
+// is_partner: this rank exchanges notes with rank r (rank 0 with every rank, the others with 0).
+static int is_partner(int r) { return r != world_rank && (world_rank == 0 || r == 0); }
+
+// roll_call posts this rank's notes for the round in progress: rank 0 exchanges an empty message
+// with every other rank, the others with rank 0 only, so a roll call costs 2(size-1) empty
+// messages. It returns how many receives it posted at the start of notes (the sends follow them).
 static int roll_call(int *posted) {
-	int n = 0, err;
-	for (int r = 0; r < world_size; r++) __atomic_store_n(&reached[r], r == world_rank, __ATOMIC_RELEASE);
+	int n = 0, err, tag = note_tag(rounds);
 	for (int r = 0; r < world_size; r++) {
-		if (r == world_rank || (world_rank != 0 && r != 0)) continue;
+		if (!is_partner(r)) continue;
 		note_from[n] = r;
-		if ((err = MPI_Irecv(NULL, 0, MPI_BYTE, r, HVD_NOTE_TAG, world, &notes[n])) != MPI_SUCCESS) return err;
+		if ((err = MPI_Irecv(NULL, 0, MPI_BYTE, r, tag, world, &notes[n])) != MPI_SUCCESS) return err;
 		n++;
 	}
 	for (int i = 0; i < n; i++) {
-		if ((err = MPI_Isend(NULL, 0, MPI_BYTE, note_from[i], HVD_NOTE_TAG, world, &notes[n + i])) != MPI_SUCCESS) return err;
+		if ((err = MPI_Isend(NULL, 0, MPI_BYTE, note_from[i], tag, world, &notes[n + i])) != MPI_SUCCESS) return err;
 	}
 	*posted = n;
-	__atomic_store_n(&tracking, 1, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&roll_calls, 1, __ATOMIC_RELAXED);
+	return MPI_SUCCESS;
+}
+
+// end_roll_call completes this rank's notes once its round is over: a partner that did not wait
+// never sent the note this rank waits for, so the receives still open are cancelled; and it may
+// never receive this rank's note (drain_notes discards it), so the sends complete on their own.
+static int end_roll_call(int nrecv) {
+	int err;
+	for (int i = 0; i < nrecv; i++) {
+		int done = 0;
+		if ((err = MPI_Test(&notes[i], &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+		if (!done && (err = MPI_Cancel(&notes[i])) != MPI_SUCCESS) return err;
+		if ((err = MPI_Request_free(&notes[nrecv + i])) != MPI_SUCCESS) return err;
+	}
+	return MPI_Waitall(nrecv, notes, MPI_STATUSES_IGNORE);
+}
+
+// drain_notes receives the notes partners sent for rounds up to this one that this rank did not
+// wait for, so that they do not pile up in MPI's queue of unexpected messages. It stops at a note
+// for the next round (a partner may already be waiting in it), or at a message that is no note:
+// messages from one sender arrive in the order they were sent, so a later round drains the rest.
+static int drain_notes(void) {
+	int err, next = note_tag(rounds + 1);
+	for (int r = 0; r < world_size; r++) {
+		if (!is_partner(r)) continue;
+		for (;;) {
+			int found = 0;
+			MPI_Status st;
+			if ((err = MPI_Iprobe(r, MPI_ANY_TAG, world, &found, &st)) != MPI_SUCCESS) return err;
+			if (!found || st.MPI_TAG == next || st.MPI_TAG < HVD_NOTE_TAG_BASE || st.MPI_TAG >= HVD_NOTE_TAG_BASE + HVD_NOTE_TAGS) break;
+			if ((err = MPI_Recv(NULL, 0, MPI_BYTE, r, st.MPI_TAG, world, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+		}
+	}
 	return MPI_SUCCESS;
 }
 
@@ -170,16 +212,22 @@ static int test_round(MPI_Request *req, int nrecv, int *done) {
 
 // wait_round completes req as described at hvd_mpi_allgatherv. MPI_Test drives MPI's progress
 // engine, so a collective advances only while this thread tests it: fine for messages that each
-// go out in one piece when posted, which is what the sleeping wait is used for. Every peer posted
-// its notes before the allgather, so once the allgather is complete the notes are too.
-static int wait_round(MPI_Request *req, int nrecv, int sleep) {
-	int done = 0, err;
+// go out in one piece when posted, which is what the sleeping wait is used for. The roll call
+// starts when the spin ends: a round whose ranks all arrive within it, the common case of a busy
+// job, costs no message beyond the allgather's own.
+static int wait_round(MPI_Request *req, int sleep) {
+	int done = 0, err, nrecv = 0, called = 0;
 	const int64_t spin_until = now_ns() + HVD_WAIT_SPIN_NS;
 	long pause = HVD_WAIT_FIRST_SLEEP_NS;
 	for (;;) {
 		if ((err = test_round(req, nrecv, &done)) != MPI_SUCCESS) return err;
 		if (done) break;
-		if (!sleep || now_ns() < spin_until) continue;
+		if (now_ns() < spin_until) continue;
+		if (!called) {
+			if ((err = roll_call(&nrecv)) != MPI_SUCCESS) return err;
+			called = 1;
+		}
+		if (!sleep) continue;
 #ifdef PR_SET_TIMERSLACK
 		// Linux's default 50 us timer slack would stretch the first 10 us sleeps sixfold. The
 		// slack is per thread, and horovod's loop may run on any of Go's threads: set it on this
@@ -191,15 +239,23 @@ static int wait_round(MPI_Request *req, int nrecv, int sleep) {
 		pause = pause * 2 < HVD_WAIT_MAX_SLEEP_NS ? pause * 2 : HVD_WAIT_MAX_SLEEP_NS;
 	}
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
-	return MPI_Waitall(2 * nrecv, notes, MPI_STATUSES_IGNORE);
+	if (called && (err = end_roll_call(nrecv)) != MPI_SUCCESS) return err;
+	return drain_notes();
 }
 
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep) {
 	MPI_Request req;
-	int nrecv = 0, err;
-	if ((err = roll_call(&nrecv)) != MPI_SUCCESS) return err;
+	int err;
+	__atomic_add_fetch(&rounds, 1, __ATOMIC_RELAXED);
+	for (int r = 0; r < world_size; r++) __atomic_store_n(&reached[r], r == world_rank, __ATOMIC_RELEASE);
+	__atomic_store_n(&tracking, 1, __ATOMIC_RELEASE);
 	if ((err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world, &req)) != MPI_SUCCESS) return err;
-	return wait_round(&req, nrecv, sleep);
+	return wait_round(&req, sleep);
+}
+
+void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called) {
+	*allgathers = __atomic_load_n(&rounds, __ATOMIC_RELAXED);
+	*called = __atomic_load_n(&roll_calls, __ATOMIC_RELAXED);
 }
 
 int hvd_mpi_tracking(void) { return __atomic_load_n(&tracking, __ATOMIC_ACQUIRE); }

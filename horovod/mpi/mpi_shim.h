@@ -26,9 +26,14 @@ int hvd_mpi_bcast(void *buf, int count, int root);
 // HVD_WAIT_SPIN_NS without pause (a peer that is already there answers at MPI's latency), then
 // with sleeps that double from HVD_WAIT_FIRST_SLEEP_NS to HVD_WAIT_MAX_SLEEP_NS, so that a rank
 // waiting for a peer still computing leaves its core to that computation instead of polling in
-// MPI's progress engine. Meanwhile it keeps a roll call: every rank tells rank 0 when it enters,
-// and rank 0 tells every rank, so that hvd_mpi_reached can say who is late while it waits.
+// MPI's progress engine. From the end of the spin on, whatever the wait, it keeps a roll call:
+// every rank that waits tells rank 0 that it has entered, and rank 0 tells every rank, so that
+// hvd_mpi_reached can say who is late. A round whose ranks all arrive within the spin sends no
+// note.
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
+// hvd_mpi_roll_call_stats reads how many allgathers this process made and how many of them
+// took a roll call. Any thread may call it.
+void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called);
 // hvd_mpi_tracking is 1 while hvd_mpi_allgatherv waits, when hvd_mpi_reached describes its round.
 int hvd_mpi_tracking(void);
 // hvd_mpi_reached is 1 when this rank knows that rank has entered the allgather in progress.

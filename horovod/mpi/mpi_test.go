@@ -238,3 +238,74 @@ func TestAllgathervWithALatePeer(t *testing.T) {
 		}
 	}
 }
+
+// TestRollCallOnlyWhenARoundWaits: a round whose ranks arrive together sends no note, a rank
+// that waits for a late peer takes the roll call, and a note left over from a round that its
+// receiver did not wait in never counts for a later round.
+func TestRollCallOnlyWhenARoundWaits(t *testing.T) {
+	topo := need(t)
+	if topo.Size < 2 {
+		t.Skip("needs a peer")
+	}
+	last := topo.Size - 1
+	counts := slices.Repeat([]int{8}, topo.Size)
+	send, recv := make([]byte, 8), make([]byte, 8*topo.Size)
+	gather := func() {
+		t.Helper()
+		if err := comm.Allgatherv(send, recv, counts); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Round k: the last rank comes late; the others wait, so they call the roll, and rank 0's
+	// note to the last rank stays unreceived (the last rank did not wait).
+	_, before := comm.RollCalls()
+	if topo.Rank == last {
+		time.Sleep(100 * time.Millisecond)
+	}
+	gather()
+	if _, after := comm.RollCalls(); topo.Rank != last && after != before+1 {
+		t.Errorf("rank %d waited about 100 ms for rank %d and took %d roll calls, want 1", topo.Rank, last, after-before)
+	}
+
+	// Round k+1: rank 0 comes late. While the last rank waits for it, its roll call must not
+	// count rank 0 in on the strength of round k's note.
+	seen := make(chan []int, 1)
+	if topo.Rank == last {
+		go func() {
+			time.Sleep(150 * time.Millisecond)
+			reached, _, _ := comm.Reached()
+			seen <- reached
+		}()
+	}
+	if topo.Rank == 0 {
+		time.Sleep(300 * time.Millisecond)
+	}
+	gather()
+	if topo.Rank == last {
+		if reached := <-seen; slices.Contains(reached, 0) {
+			t.Errorf("rank %d counted rank 0 as arrived while it slept (reached %v): a note of an earlier round counted", last, reached)
+		}
+	}
+
+	// Back-to-back rounds, as a busy job's negotiation: most complete within the spin. On a
+	// machine loaded enough to delay a rank by 50 us in every round, a batch may still take the
+	// roll call every time: a few batches are allowed.
+	for batch := range 5 {
+		rounds0, called0 := comm.RollCalls()
+		for range 200 {
+			gather()
+		}
+		rounds, called := comm.RollCalls()
+		if rounds-rounds0 != 200 {
+			t.Fatalf("RollCalls counted %d allgathers for 200", rounds-rounds0)
+		}
+		t.Logf("batch %d: %d of 200 back-to-back rounds took a roll call", batch, called-called0)
+		if called-called0 < 200 {
+			break
+		}
+		if batch == 4 {
+			t.Errorf("every one of 1000 back-to-back rounds took a roll call: the fast path is never taken")
+		}
+	}
+}

@@ -9,7 +9,9 @@
 // against raw MPI, and, on rank 0 at the end, fp16 conversion per core against copying the same
 // fp32 bytes and against github.com/x448/float16. Each row's raw MPI and horovod figures are taken
 // back to back, in several rounds, so that both see the same machine load. Ratios are reference time / horovod time: 1 is
-// parity, above 1 horovod is faster.
+// parity, above 1 horovod is faster. Each row also says in how many of rank 0's allgathers (its
+// negotiation rounds) horovod/mpi took its roll call, which only a round that waits for a peer
+// takes.
 package main
 
 import (
@@ -41,6 +43,7 @@ var (
 	midIters   = flag.Int("mid-iters", 50, "allreduces of the 1 MiB buffer per batch")
 	cpuProfile = flag.String("cpuprofile", "", "write rank 0's CPU profile of the timed rows to this file")
 	peer       = flag.String("peer", "", "instead of the table, time `make bench-peer`'s collectives at these sizes (e.g. 4K,1M,64M) and print them tab-separated")
+	peerVars   = flag.Bool("peer-variables", false, "instead of the table, time BroadcastVariables of MiniLM's variables against one MPI_Bcast of their bytes, printed as -peer prints")
 	only       = flag.String("only", "", "run only the rows whose description matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
 	network    = flag.Bool("network", false, "the rows for links between machines instead: MiniLM's gradients "+
@@ -85,12 +88,16 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if *peer != "" {
-		sizes, err := parseSizes(*peer)
-		if err != nil {
-			log.Fatal(err)
+	if *peer != "" || *peerVars {
+		if *peerVars {
+			runPeerVariables(comm)
+		} else {
+			sizes, err := parseSizes(*peer)
+			if err != nil {
+				log.Fatal(err)
+			}
+			runPeer(comm, sizes)
 		}
-		runPeer(comm, sizes)
 		if err := comm.Close(); err != nil {
 			log.Fatal(err)
 		}
@@ -174,6 +181,9 @@ func main() {
 		}
 	}
 	raw, ours := make([]float64, len(ms)), make([]float64, len(ms))
+	// The allgathers of horovod's runs of each row (its negotiation rounds, and the data of an
+	// allgather), and how many of them took the roll call, which only a round that waits takes.
+	gathers, rollCalls := make([]uint64, len(ms)), make([]uint64, len(ms))
 	for i := range ms {
 		raw[i], ours[i] = math.Inf(1), math.Inf(1)
 	}
@@ -201,7 +211,11 @@ func main() {
 			if err != nil {
 				log.Fatal(err)
 			}
+			gathers0, called0 := comm.RollCalls()
 			ours[i] = min(ours[i], m.ours(hvd))
+			g, called := comm.RollCalls()
+			gathers[i] += g - gathers0
+			rollCalls[i] += called - called0
 			rank, size = hvd.Rank(), hvd.Size()
 			if err := hvd.Shutdown(); err != nil {
 				log.Fatal(err)
@@ -217,7 +231,8 @@ func main() {
 	}
 	fmt.Printf("horovod bench: %d ranks, mpi backend; time per call: best of %d rounds x %d batches, slowest rank\n", size, *rounds, *batches)
 	for i, m := range ms {
-		fmt.Printf("  %-60s raw MPI %9s  horovod %9s  ratio %.2f%s\n", m.what, dur(raw[i]), dur(ours[i]), raw[i]/ours[i], m.target)
+		fmt.Printf("  %-60s raw MPI %9s  horovod %9s  ratio %.2f  roll calls %3.0f%%%s\n", m.what, dur(raw[i]), dur(ours[i]), raw[i]/ours[i],
+			100*float64(rollCalls[i])/float64(max(gathers[i], 1)), m.target)
 	}
 	if *network {
 		fmt.Printf("  fp16 compression's gain on MiniLM's gradients: %.2fx faster than float32 (target >= 1.8 where the wire is the limit)\n", ours[0]/ours[1])
@@ -239,9 +254,12 @@ func broadcastVariables(n, size int, iters *int) func(*horovod.Horovod) float64 
 		vars[i] = horovod.NamedTensor{Name: fmt.Sprintf("v%04d", i),
 			Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}}
 	}
-	return func(h *horovod.Horovod) float64 {
-		return timeCalls(h, *iters, func() error { return h.BroadcastVariables(vars, 0) })
-	}
+	return func(h *horovod.Horovod) float64 { return timeBroadcastVariables(h, vars, *iters) }
+}
+
+// timeBroadcastVariables times BroadcastVariables of vars from rank 0 with timeCalls.
+func timeBroadcastVariables(h *horovod.Horovod, vars []horovod.NamedTensor, iters int) float64 {
+	return timeCalls(h, iters, func() error { return h.BroadcastVariables(vars, 0) })
 }
 
 // timeReducer times the reducer on grads with timeCalls.

@@ -113,3 +113,33 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 		}
 	}
 }
+
+// runPeerVariables times the initial broadcast of finetune's default model: BroadcastVariables
+// (fused) of MiniLM's variables from rank 0, against raw MPI broadcasting their bytes in one
+// MPI_Bcast; rank 0 prints the two as runPeer does, collective "broadcast_variables", the bytes
+// in all. scripts/bench_peer/horovod_finetune.py times Horovod's broadcast_variables of the same
+// variables.
+func runPeerVariables(comm *mpi.Comm) {
+	vars := miniLMGradients()
+	size := sizeOf(vars)
+	const iters = 3
+	var raw float64
+	var err error
+	comm.Do(func() { raw, err = rawmpi.TimeBroadcast(make([]byte, size), *batches, iters) })
+	if err != nil {
+		log.Fatal(err)
+	}
+	hvd, err := horovod.Init(horovod.WithBackend(keepOpen{comm}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ours := timeBroadcastVariables(hvd, vars, iters)
+	rank := hvd.Rank()
+	if err := hvd.Shutdown(); err != nil {
+		log.Fatal(err)
+	}
+	if rank == 0 {
+		fmt.Printf("mpi\tbroadcast_variables\t%d\t%.9f\n", size, raw)
+		fmt.Printf("gorovod\tbroadcast_variables\t%d\t%.9f\n", size, ours)
+	}
+}
