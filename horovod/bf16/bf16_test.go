@@ -12,6 +12,20 @@ import (
 	"github.com/gorovod/gorovod/tf/testenv"
 )
 
+// paths runs f once per implementation the machine has: the portable loop, and AVX2 when present.
+func paths(t *testing.T, f func(t *testing.T)) {
+	saved := hasAVX2
+	t.Cleanup(func() { hasAVX2 = saved })
+	hasAVX2 = false
+	t.Run("portable", f)
+	if saved {
+		hasAVX2 = true
+		t.Run("avx2", f)
+	} else {
+		t.Log("no AVX2 on this CPU: only the portable path ran")
+	}
+}
+
 // exact is the value of a bfloat16 computed from its definition, independently of ToFloat32.
 func exact(b uint16) float64 {
 	sign := 1.0
@@ -32,7 +46,9 @@ func exact(b uint16) float64 {
 	return sign * math.Ldexp(128+man, exp-134)
 }
 
-func TestEveryBFloat16DecodesExactly(t *testing.T) {
+func TestEveryBFloat16DecodesExactly(t *testing.T) { paths(t, testEveryBFloat16DecodesExactly) }
+
+func testEveryBFloat16DecodesExactly(t *testing.T) {
 	all := make([]uint16, 1<<16)
 	for i := range all {
 		all[i] = uint16(i)
@@ -104,7 +120,9 @@ func mlDtypes(t *testing.T, in []float32) []uint16 {
 	return ref
 }
 
-func TestEncodingMatchesMLDtypes(t *testing.T) {
+func TestEncodingMatchesMLDtypes(t *testing.T) { paths(t, testEncodingMatchesMLDtypes) }
+
+func testEncodingMatchesMLDtypes(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	in := append(edgeFloats(), make([]float32, 1<<18)...)
 	for i := len(in) - 1<<18; i < len(in); i++ {
@@ -113,6 +131,14 @@ func TestEncodingMatchesMLDtypes(t *testing.T) {
 	ref := mlDtypes(t, in)
 	got := make([]uint16, len(in))
 	EncodeFloat32(got, in)
+	// A slice of odd length at an odd offset: the bulk path's tail and unaligned loads.
+	odd := make([]uint16, len(in)-4)
+	EncodeFloat32(odd, in[1:len(in)-3])
+	for i := range odd {
+		if odd[i] != got[i+1] {
+			t.Fatalf("element %d of an offset slice encoded to %#04x, %#04x in the whole", i+1, odd[i], got[i+1])
+		}
+	}
 	for i, f := range in {
 		want := ref[i]
 		if f != f {

@@ -365,7 +365,11 @@ func conversionRates() {
 	fmt.Printf("  decode %.2f: %.2fx memcpy (target >= 0.8), %.1fx x448/float16 at %.2f (target >= 5)\n", dec, dec/memcpy, dec/x448dec, x448dec)
 	bfEnc := rate(func() { bf16.EncodeFloat32(halves, src) })
 	bfDec := rate(func() { bf16.DecodeFloat32(back, halves) })
-	fmt.Printf("bf16 conversion, one core, the same 64 MiB (portable Go: no bfloat16 instructions used)\n")
+	bfPath := "portable"
+	if bf16.Accelerated() {
+		bfPath = "AVX2"
+	}
+	fmt.Printf("bf16 conversion, one core, the same 64 MiB (%s path)\n", bfPath)
 	fmt.Printf("  encode %.2f: %.2fx memcpy, %.2fx fp16's\n", bfEnc, bfEnc/memcpy, bfEnc/enc)
 	fmt.Printf("  decode %.2f: %.2fx memcpy, %.2fx fp16's\n", bfDec, bfDec/memcpy, bfDec/dec)
 	os.Stdout.Sync()
