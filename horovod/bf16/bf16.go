@@ -11,7 +11,11 @@
 // horovod's bf16 compression and what TensorFlow's DT_BFLOAT16 tensors hold.
 package bf16
 
-import "math"
+import (
+	"math"
+
+	"github.com/gorovod/gorovod/horovod/internal/bulk"
+)
 
 // ToFloat32 widens a bfloat16 to float32 exactly: its bits are float32's top half.
 func ToFloat32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
@@ -47,47 +51,27 @@ func FromFloat64(f float64) uint16 {
 
 // EncodeFloat32 narrows src into dst; len(dst) must be at least len(src).
 func EncodeFloat32(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	n := 0
+	var simd func(*uint16, *float32, int)
 	if hasAVX2 {
-		if n = len(src) &^ 7; n > 0 {
-			encodeAVX2(&dst[0], &src[0], n)
-		}
+		simd = encodeAVX2
 	}
-	for i := n; i < len(src); i++ {
-		dst[i] = FromFloat32(src[i])
-	}
+	bulk.Convert(dst, src, 8, simd, FromFloat32)
 }
 
 // DecodeFloat32 widens src into dst; len(dst) must be at least len(src).
 func DecodeFloat32(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	n := 0
+	var simd func(*float32, *uint16, int)
 	if hasAVX2 {
-		if n = len(src) &^ 7; n > 0 {
-			decodeAVX2(&dst[0], &src[0], n)
-		}
+		simd = decodeAVX2
 	}
-	for i := n; i < len(src); i++ {
-		dst[i] = ToFloat32(src[i])
-	}
+	bulk.Convert(dst, src, 8, simd, ToFloat32)
 }
+
+// EncodeFloat64 narrows src into dst with a single rounding; len(dst) must be at least len(src).
+func EncodeFloat64(dst []uint16, src []float64) { bulk.Convert(dst, src, 1, nil, FromFloat64) }
+
+// DecodeFloat64 widens src into dst; len(dst) must be at least len(src).
+func DecodeFloat64(dst []float64, src []uint16) { bulk.Convert(dst, src, 1, nil, ToFloat64) }
 
 // Accelerated reports whether the bulk float32 conversions use AVX2.
 func Accelerated() bool { return hasAVX2 }
-
-// EncodeFloat64 narrows src into dst with a single rounding; len(dst) must be at least len(src).
-func EncodeFloat64(dst []uint16, src []float64) {
-	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = FromFloat64(f)
-	}
-}
-
-// DecodeFloat64 widens src into dst; len(dst) must be at least len(src).
-func DecodeFloat64(dst []float64, src []uint16) {
-	dst = dst[:len(src)]
-	for i, b := range src {
-		dst[i] = ToFloat64(b)
-	}
-}
