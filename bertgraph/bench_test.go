@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/tf"
 )
 
@@ -50,7 +48,7 @@ func BenchmarkTrainApply(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Close()
-			batch := syntheticBatch(m, batchSize)
+			batch := SyntheticBatch(m, batchSize)
 			grads := m.NewFlatTensors()
 			step := func(i int) time.Duration {
 				start := time.Now()
@@ -182,26 +180,4 @@ func (p *pyBench) close() {
 	p.stdin.Close()
 	p.cmd.Process.Kill()
 	p.cmd.Wait()
-}
-
-// syntheticBatch is drive.py bench's batch: random ids, full masks, one segment.
-func syntheticBatch(m *Model, n int) *features.Batch {
-	var cfg struct {
-		VocabSize int `json:"vocab_size"`
-	}
-	if err := json.Unmarshal(m.Contract().BertConfig, &cfg); err != nil || cfg.VocabSize < 6 {
-		cfg.VocabSize = 6
-	}
-	rng := rand.New(rand.NewPCG(0, 0))
-	s := m.MaxSeqLength()
-	b := features.NewBatch(n, s)
-	for i := range b.InputIDs {
-		b.InputIDs[i] = 5 + int32(rng.IntN(cfg.VocabSize-5))
-		b.InputMask[i] = 1
-	}
-	for i := range n {
-		b.LabelIDs[i] = int32(rng.IntN(m.NumLabels()))
-		b.IsRealExample[i] = 1
-	}
-	return b
 }

@@ -3,21 +3,24 @@ package horovod
 import (
 	"fmt"
 
-	"github.com/gorovod/gorovod/horovod/fp16"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // Compression is how a Reducer puts gradients on the wire (Horovod's Compression.none and
-// Compression.fp16).
+// Compression.fp16, and a bfloat16 analogue Horovod lacks).
 type Compression uint8
 
 const (
 	// NoCompression sends tensors as they are.
 	NoCompression Compression = iota
 	// FP16Compression sends float32 and float64 tensors as float16, halving or quartering the
-	// bytes moved; integer and float16 tensors pass through unchanged. Values beyond ±65504
+	// bytes moved; integer and 16-bit float tensors pass through unchanged. Values beyond ±65504
 	// become infinities, so it suits gradients, not arbitrary data.
 	FP16Compression
+	// BF16Compression sends float32 and float64 tensors as bfloat16: the same bytes as
+	// FP16Compression and float32's range (values beyond ±65504 survive) for 8 significant bits
+	// instead of 11. Integer and 16-bit float tensors pass through unchanged.
+	BF16Compression
 )
 
 func (c Compression) String() string {
@@ -26,19 +29,45 @@ func (c Compression) String() string {
 		return "none"
 	case FP16Compression:
 		return "fp16"
+	case BF16Compression:
+		return "bf16"
 	}
 	return fmt.Sprintf("Compression(%d)", uint8(c))
 }
 
-// compresses reports whether c changes the wire dtype of a tensor of type dt.
-func (c Compression) compresses(dt DType) bool {
-	return c == FP16Compression && (dt == Float32 || dt == Float64)
+// ParseCompression is the Compression a name from String stands for.
+func ParseCompression(name string) (Compression, error) {
+	for c := NoCompression; c <= BF16Compression; c++ {
+		if c.String() == name {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("horovod: unknown compression %q (none, fp16 or bf16)", name)
 }
 
-// conversion is one gradient's part in a step's fp16 compression: its float32 or float64
-// values and their float16 copy on the wire.
+// wire is the 16-bit type c puts float32 and float64 tensors on the wire as; ok is false for
+// NoCompression.
+func (c Compression) wire() (dt DType, codec halfCodec, ok bool) {
+	switch c {
+	case FP16Compression:
+		return Float16, float16Codec, true
+	case BF16Compression:
+		return BFloat16, bfloat16Codec, true
+	}
+	return 0, halfCodec{}, false
+}
+
+// compresses reports whether c changes the wire dtype of a tensor of type dt.
+func (c Compression) compresses(dt DType) bool {
+	_, _, ok := c.wire()
+	return ok && (dt == Float32 || dt == Float64)
+}
+
+// conversion is one gradient's part in a step's compression: its float32 or float64 values
+// and their 16-bit copy on the wire.
 type conversion struct {
 	dt         DType
+	codec      halfCodec
 	wide, half []byte
 }
 
@@ -63,9 +92,9 @@ func compress(convs []conversion, workers int) {
 		h := view[uint16](c.half)[lo:hi]
 		switch c.dt {
 		case Float32:
-			fp16.EncodeFloat32(h, view[float32](c.wide)[lo:hi])
+			c.codec.encode32(h, view[float32](c.wide)[lo:hi])
 		case Float64:
-			fp16.EncodeFloat64(h, view[float64](c.wide)[lo:hi])
+			c.codec.encode64(h, view[float64](c.wide)[lo:hi])
 		}
 	})
 }
@@ -89,9 +118,9 @@ func decompress(convs []conversion, factor float64, workers int) {
 			part := c.wide[b*size : e*size]
 			switch c.dt {
 			case Float32:
-				fp16.DecodeFloat32(view[float32](part), h[b:e])
+				c.codec.decode32(view[float32](part), h[b:e])
 			case Float64:
-				fp16.DecodeFloat64(view[float64](part), h[b:e])
+				c.codec.decode64(view[float64](part), h[b:e])
 			}
 			scaleRange(part, c.dt, factor)
 		}

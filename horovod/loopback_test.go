@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/bf16"
 	"github.com/gorovod/gorovod/horovod/fp16"
 )
 
@@ -128,6 +129,8 @@ func element(b []byte, dt backend.DType, i int) float64 {
 		return view[float64](b)[i]
 	case Float16:
 		return fp16.ToFloat64(view[uint16](b)[i])
+	case BFloat16:
+		return bf16.ToFloat64(view[uint16](b)[i])
 	case Int32:
 		return float64(view[int32](b)[i])
 	case Int64:
@@ -146,6 +149,8 @@ func setElement(b []byte, dt backend.DType, i int, v float64) {
 		view[float64](b)[i] = v
 	case Float16:
 		view[uint16](b)[i] = fp16.FromFloat64(v)
+	case BFloat16:
+		view[uint16](b)[i] = bf16.FromFloat64(v)
 	case Int32:
 		view[int32](b)[i] = int32(v)
 	case Int64:

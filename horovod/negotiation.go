@@ -150,7 +150,7 @@ func (c *controller) answer(now time.Time) []*response {
 		}
 		resp.ready = now
 		responses = append(responses, resp)
-		c.timeline.negotiated(name, resp.spec.kind, now)
+		c.timeline.negotiated(name, resp.spec.kind, resp.spec.dtype, now)
 		if resp.err == nil {
 			c.cache.remember(resp.spec)
 		}

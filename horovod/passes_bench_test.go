@@ -49,6 +49,7 @@ func BenchmarkReducerStep(b *testing.B) {
 		{"plain", ReducerOptions{}},
 		{"predivide", ReducerOptions{GradientPredivideFactor: 4}},
 		{"fp16", ReducerOptions{Compression: FP16Compression}},
+		{"bf16", ReducerOptions{Compression: BF16Compression}},
 		{"fp16_predivide", ReducerOptions{Compression: FP16Compression, GradientPredivideFactor: 4}},
 	} {
 		for _, workers := range []int{1, parallel.Workers(1)} {

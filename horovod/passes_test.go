@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gorovod/gorovod/horovod/bf16"
 	"github.com/gorovod/gorovod/horovod/fp16"
 )
 
@@ -72,6 +73,11 @@ func scaleReference(buf []byte, dt DType, f float64) []byte {
 		for i := range v {
 			v[i] = fp16.FromFloat32(fp16.ToFloat32(v[i]) * float32(f))
 		}
+	case BFloat16:
+		v := view[uint16](out)
+		for i := range v {
+			v[i] = bf16.FromFloat32(bf16.ToFloat32(v[i]) * float32(f))
+		}
 	case Int32:
 		truncateReference(view[int32](out), f)
 	case Int64:
@@ -100,7 +106,7 @@ func passFactors(dt DType) []float64 {
 	return []float64{0.75, 1.0 / 3, -0.7}
 }
 
-var passDTypes = []DType{Float32, Float64, Float16, Int32, Int64, Int8, Uint8}
+var passDTypes = []DType{Float32, Float64, Float16, BFloat16, Int32, Int64, Int8, Uint8}
 
 // firstDifference names the first element where got and want differ, for the failure message.
 func firstDifference(got, want []byte, size int) int {
@@ -135,10 +141,21 @@ func TestScaleIsTheSameOverGoroutines(t *testing.T) {
 // TestCompressionIsTheSameOverGoroutines narrows a step's worth of float32 and float64
 // tensors of odd sizes (empty ones, dozens of small ones that share a goroutine's range, ones
 // split over several, boundaries at every alignment) in one pass and widens the halves back with
-// and without a factor, over 1, 2, 3 and 8 goroutines: each tensor's halves must be the serial
-// fp16 conversion of that tensor alone, its widened values the serial widening scaled as scale
-// does, byte for byte, and no byte past a tensor written.
+// and without a factor, over 1, 2, 3 and 8 goroutines, in float16 and in bfloat16: each tensor's
+// halves must be the serial conversion of that tensor alone, its widened values the serial
+// widening scaled as scale does, byte for byte, and no byte past a tensor written.
 func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
+	for _, c := range []Compression{FP16Compression, BF16Compression} {
+		t.Run(c.String(), func(t *testing.T) { testCompressionOverGoroutines(t, c) })
+	}
+}
+
+func testCompressionOverGoroutines(t *testing.T, comp Compression) {
+	wireType, codec, _ := comp.wire()
+	narrow32, widen32, narrow64, widen64 := fp16.FromFloat32, fp16.ToFloat32, fp16.FromFloat64, fp16.ToFloat64
+	if wireType == BFloat16 {
+		narrow32, widen32, narrow64, widen64 = bf16.FromFloat32, bf16.ToFloat32, bf16.FromFloat64, bf16.ToFloat64
+	}
 	r := rand.New(rand.NewPCG(11, 12))
 	sizes := []int{3, 0, passElems, 700001}
 	for i := range 60 {
@@ -152,13 +169,16 @@ func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 		src := randomBuffer(dt, n, r)
 		half := make([]byte, 2*n)
 		wide := make([]byte, len(src))
-		switch dt {
-		case Float32:
-			fp16.EncodeFloat32(view[uint16](half), view[float32](src))
-			fp16.DecodeFloat32(view[float32](wide), view[uint16](half))
-		case Float64:
-			fp16.EncodeFloat64(view[uint16](half), view[float64](src))
-			fp16.DecodeFloat64(view[float64](wide), view[uint16](half))
+		h := view[uint16](half)
+		for i := range n { // one element at a time: no bulk path in the reference
+			switch dt {
+			case Float32:
+				h[i] = narrow32(view[float32](src)[i])
+				view[float32](wide)[i] = widen32(h[i])
+			case Float64:
+				h[i] = narrow64(view[float64](src)[i])
+				view[float64](wide)[i] = widen64(h[i])
+			}
 		}
 		srcs, halves, wides, dts = append(srcs, src), append(halves, half), append(wides, wide), append(dts, dt)
 	}
@@ -172,7 +192,7 @@ func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 	for _, workers := range passWorkers {
 		convs := make([]conversion, len(sizes))
 		for i := range sizes {
-			convs[i] = conversion{dt: dts[i], wide: srcs[i], half: guarded(len(halves[i]))}
+			convs[i] = conversion{dt: dts[i], codec: codec, wide: srcs[i], half: guarded(len(halves[i]))}
 		}
 		compress(convs, workers)
 		for i, c := range convs {
@@ -182,7 +202,7 @@ func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 		}
 		for _, f := range append([]float64{1}, passFactors(Float32)...) {
 			for i := range convs {
-				convs[i] = conversion{dt: dts[i], wide: guarded(len(srcs[i])), half: halves[i]}
+				convs[i] = conversion{dt: dts[i], codec: codec, wide: guarded(len(srcs[i])), half: halves[i]}
 			}
 			decompress(convs, f, workers)
 			for i, c := range convs {

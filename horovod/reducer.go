@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gorovod/gorovod/horovod/fp16"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
@@ -14,7 +13,7 @@ import (
 type ReducerOptions struct {
 	// Op is Average (the default) or Sum.
 	Op ReduceOp
-	// Compression puts floating gradients on the wire as float16.
+	// Compression puts float32 and float64 gradients on the wire as float16 or bfloat16.
 	Compression Compression
 	// GradientPredivideFactor splits averaging into a division by the factor before the sum
 	// and by Size/factor after it, to keep large sums in range; 0 means 1. Average only.
@@ -36,8 +35,8 @@ type ReducerOptions struct {
 	// Reduce returns the sum over ranks (of the predivided, locally averaged gradients, as
 	// Average would sum them) and GradientScale the factor that makes it the average, saving a
 	// pass over every gradient per step. Horovod has no such option. It does nothing with
-	// FP16Compression, whose division is done while widening the float16 sums, and is for
-	// Average only.
+	// compression, whose division is done while widening the 16-bit sums, and is for Average
+	// only.
 	DeferAverage bool
 }
 
@@ -51,7 +50,7 @@ type Reducer struct {
 	passes int                     // backward passes accumulated in this step
 	accum  map[string]*NamedTensor // running sums while passes < BackwardPassesPerStep
 	first  []NamedTensor           // the first pass's tensors (names, dtypes, shapes) of this step
-	// Results and float16 wire copies, each gradient's back to back in the order given, so that
+	// Results and 16-bit wire copies, each gradient's back to back in the order given, so that
 	// fusion reads and writes them in place; reused from step to step.
 	outArena, wireArena arena
 }
@@ -61,7 +60,7 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 	if opts.Op != Average && opts.Op != Sum {
 		return nil, fmt.Errorf("horovod: reducer op %v: gradients are averaged or summed", opts.Op)
 	}
-	if opts.Compression > FP16Compression {
+	if opts.Compression > BF16Compression {
 		return nil, fmt.Errorf("horovod: unknown compression %v", opts.Compression)
 	}
 	if opts.GradientPredivideFactor == 0 {
@@ -76,7 +75,7 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 	if opts.DeferAverage && opts.Op != Average {
 		return nil, errors.New("horovod: DeferAverage applies to Average only")
 	}
-	if opts.Compression == FP16Compression {
+	if opts.Compression != NoCompression {
 		opts.DeferAverage = false // the division is free while widening: see GradientScale
 	}
 	if opts.BackwardPassesPerStep == 0 {
@@ -120,7 +119,7 @@ func (r *Reducer) abandon() {
 // returns: GradientPredivideFactor/Size with DeferAverage, else 1. It is exact for float32 and
 // float64 gradients: rounding result x GradientScale once to the dtype (float32(float64(x) * f)
 // for float32) gives Average's result to the bit, as Average computes the same product. With
-// FP16Compression it is 1: the float16 sums are divided while they are widened, at no extra pass.
+// compression it is 1: the 16-bit sums are divided while they are widened, at no extra pass.
 func (r *Reducer) GradientScale() float64 {
 	if !r.opts.DeferAverage {
 		return 1
@@ -232,6 +231,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 			err = errors.Join(r.outArena.settle(), r.wireArena.settle())
 		}
 	}()
+	wireType, codec, _ := r.opts.Compression.wire()
 	outs := make([][]byte, len(grads))
 	wires := make([]Tensor, len(grads))
 	var convs []conversion
@@ -248,8 +248,8 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 			n := 2 * g.NumElements()
 			half := r.wireArena.buf[wireOff : wireOff+n] // reduced in place, then widened
 			wireOff += n
-			convs = append(convs, conversion{dt: g.DType, wide: g.Data, half: half})
-			wires[i] = Tensor{DType: Float16, Shape: g.Shape, Data: half}
+			convs = append(convs, conversion{dt: g.DType, codec: codec, wide: g.Data, half: half})
+			wires[i] = Tensor{DType: wireType, Shape: g.Shape, Data: half}
 		}
 	}
 	compress(convs, r.h.workers) // all gradients in one pass: small ones share goroutines
@@ -262,7 +262,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 		}
 		if r.opts.Compression.compresses(g.DType) {
 			output = wires[i].Data
-			// Sum in float16, then scale while widening: the division of Average happens at
+			// Sum in 16 bits, then scale while widening: the division of Average happens at
 			// full precision.
 			op = AllreduceOptions{Op: Sum, Prescale: pre}
 		}
@@ -284,7 +284,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 	convs = convs[:0]
 	for i, g := range grads {
 		if r.opts.Compression.compresses(g.DType) {
-			convs = append(convs, conversion{dt: g.DType, wide: outs[i], half: results[i].Data})
+			convs = append(convs, conversion{dt: g.DType, codec: codec, wide: outs[i], half: results[i].Data})
 		}
 		out[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape), Data: outs[i]}}
 	}
@@ -296,7 +296,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 	return out, nil
 }
 
-// inputsInArenas reports whether this step must put its results (freshOut) or its float16 wire
+// inputsInArenas reports whether this step must put its results (freshOut) or its 16-bit wire
 // copies (freshWire) in new memory because an input lies where they would go: the previous
 // step's results handed back to Reduce in another arrangement (another order, other tensors
 // before them) would be overwritten by the fusion copies and the reductions before they are
@@ -351,11 +351,9 @@ func addRange(dst, src []byte, dt DType) {
 		addSlices(view[int8](dst), view[int8](src))
 	case Uint8:
 		addSlices(view[uint8](dst), view[uint8](src))
-	case Float16:
-		d, s := view[uint16](dst), view[uint16](src)
-		for i := range d {
-			d[i] = fp16.FromFloat32(fp16.ToFloat32(d[i]) + fp16.ToFloat32(s[i]))
-		}
+	case Float16, BFloat16:
+		codec, _ := codecOf(dt)
+		codec.mapHalves(view[uint16](dst), view[uint16](src), func(d, s []float32) { addSlices(d, s) })
 	}
 }
 

@@ -114,21 +114,27 @@ func checkDeferredAverage(t *testing.T, h *Horovod, o ReducerOptions) error {
 	return nil
 }
 
-// FP16Compression divides while it widens the float16 sums, at no extra pass: DeferAverage
-// leaves that path as it is, and GradientScale says 1.
-func TestReducerDeferAverageWithFP16IsAverage(t *testing.T) {
+// Compression divides while it widens the 16-bit sums, at no extra pass: DeferAverage leaves
+// that path as it is, and GradientScale says 1.
+func TestReducerDeferAverageWithCompressionIsAverage(t *testing.T) {
+	for _, c := range []Compression{FP16Compression, BF16Compression} {
+		t.Run(c.String(), func(t *testing.T) { testDeferAverageWithCompression(t, c) })
+	}
+}
+
+func testDeferAverageWithCompression(t *testing.T, c Compression) {
 	hs, _ := job(t, 3)
 	onEveryRank(t, hs, func(h *Horovod) error {
-		averaged, err := h.NewReducer(ReducerOptions{Compression: FP16Compression, GradientPredivideFactor: 2})
+		averaged, err := h.NewReducer(ReducerOptions{Compression: c, GradientPredivideFactor: 2})
 		if err != nil {
 			return err
 		}
-		deferred, err := h.NewReducer(ReducerOptions{Compression: FP16Compression, GradientPredivideFactor: 2, DeferAverage: true, Prefix: "deferred/"})
+		deferred, err := h.NewReducer(ReducerOptions{Compression: c, GradientPredivideFactor: 2, DeferAverage: true, Prefix: "deferred/"})
 		if err != nil {
 			return err
 		}
 		if f := deferred.GradientScale(); f != 1 {
-			return fmt.Errorf("GradientScale %v with fp16 compression, want 1", f)
+			return fmt.Errorf("GradientScale %v with %v compression, want 1", f, c)
 		}
 		a, _, err := averaged.Reduce(deferredGrads(t, h.Rank(), 0))
 		if err != nil {
@@ -140,11 +146,73 @@ func TestReducerDeferAverageWithFP16IsAverage(t *testing.T) {
 		}
 		if !slices.Equal(mustValues[float32](a[0].Tensor), mustValues[float32](d[0].Tensor)) ||
 			!slices.Equal(mustValues[float64](a[1].Tensor), mustValues[float64](d[1].Tensor)) {
-			return fmt.Errorf("fp16 with DeferAverage differs from fp16 Average")
+			return fmt.Errorf("%v with DeferAverage differs from %v Average", c, c)
 		}
 		return nil
 	})
 	if _, err := hs[0].NewReducer(ReducerOptions{Op: Sum, DeferAverage: true}); err == nil {
 		t.Error("DeferAverage with Sum accepted")
 	}
+}
+
+// BF16Compression averages within bfloat16's precision, where values beyond float16's 65504
+// survive (FP16Compression makes them infinities), and really goes through bfloat16: its error
+// exceeds what float16 would have made on ordinary values. bfloat16 keeps 8 significant bits:
+// rounding errs by at most 2^-8 of the value. Each rank's part is rounded once, the loopback
+// backend's sum (in float64) once, and the division happens in float32 while widening.
+func TestReducerBF16CompressionKeepsFloat32Range(t *testing.T) {
+	const size = 3
+	grads := func(rank int) []float32 {
+		rng := rand.New(rand.NewPCG(uint64(rank), 99))
+		v := make([]float32, 1000)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(8)-6)))
+		}
+		v[0], v[1], v[2] = 1e5*float32(rank+1), -7e4, 3e37 // beyond float16's range; the rest below 100
+		return v
+	}
+	hs, _ := job(t, size)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		results := map[Compression][]float32{}
+		for _, c := range []Compression{NoCompression, FP16Compression, BF16Compression} {
+			red, err := h.NewReducer(ReducerOptions{Compression: c, Prefix: c.String() + "/"})
+			if err != nil {
+				return err
+			}
+			out, _, err := red.Reduce([]NamedTensor{{"w", mustTensor(t, []int{1000}, grads(h.Rank()))}})
+			if err != nil {
+				return err
+			}
+			results[c] = slices.Clone(mustValues[float32](out[0].Tensor))
+		}
+		bf, fp := results[BF16Compression], results[FP16Compression]
+		beyondFP16 := 0
+		for i, got := range bf {
+			want, magnitude := 0.0, 0.0
+			for r := range size {
+				want += float64(grads(r)[i]) / size
+				magnitude += math.Abs(float64(grads(r)[i])) / size
+			}
+			if bound := 0x1p-8*(magnitude+math.Abs(want)) + 1e-30; math.Abs(float64(got)-want) > bound {
+				return fmt.Errorf("w[%d]: bf16 average %v, want %v within %v", i, got, want, bound)
+			}
+			if math.Abs(want) > 65504 && math.IsInf(float64(fp[i]), 0) {
+				beyondFP16++
+			}
+		}
+		if beyondFP16 != 3 {
+			return fmt.Errorf("%d of the 3 values beyond 65504 became infinities with fp16 compression: %v", beyondFP16, fp[:3])
+		}
+		// float16 keeps 11 significant bits: on ordinary values its error stays under 2^-11 of
+		// the magnitude; bfloat16's somewhere exceeds it.
+		coarser := false
+		for i := 3; i < len(bf); i++ {
+			ref := float64(results[NoCompression][i])
+			coarser = coarser || math.Abs(float64(bf[i])-ref) > 0x1p-11*math.Abs(ref)
+		}
+		if !coarser {
+			return fmt.Errorf("bf16 results within float16's precision everywhere: not rounded to bfloat16")
+		}
+		return nil
+	})
 }

@@ -3,7 +3,6 @@ package horovod
 import (
 	"unsafe"
 
-	"github.com/gorovod/gorovod/horovod/fp16"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
@@ -26,8 +25,8 @@ func scale(buf []byte, dt DType, f float64, workers int) {
 }
 
 // scaleRange is scale on one goroutine. Floats are scaled in float64 and rounded once; integers
-// are scaled in float64 and truncated toward zero, as Horovod's C++ does; float16 is scaled in
-// float32, blockwise through package fp16.
+// are scaled in float64 and truncated toward zero, as Horovod's C++ does; float16 and bfloat16 are
+// scaled in float32, blockwise (halfCodec).
 func scaleRange(buf []byte, dt DType, f float64) {
 	if f == 1 || len(buf) == 0 {
 		return
@@ -51,19 +50,14 @@ func scaleRange(buf []byte, dt DType, f float64) {
 		for i := range v {
 			v[i] *= f
 		}
-	case Float16:
-		h := view[uint16](buf)
-		var block [2048]float32
+	case Float16, BFloat16:
+		codec, _ := codecOf(dt)
 		f32 := float32(f)
-		for off := 0; off < len(h); off += len(block) {
-			part := h[off:min(off+len(block), len(h))]
-			x := block[:len(part)]
-			fp16.DecodeFloat32(x, part)
+		codec.mapHalves(view[uint16](buf), nil, func(x, _ []float32) {
 			for i := range x {
 				x[i] *= f32
 			}
-			fp16.EncodeFloat32(part, x)
-		}
+		})
 	case Int32:
 		scaleInts(view[int32](buf), f)
 	case Int64:

@@ -10,15 +10,17 @@ import (
 // DType is the element type of a Tensor (see package backend for the list).
 type DType = backend.DType
 
-// The element types horovod moves. Float16 tensors hold IEEE binary16 bit patterns (package fp16).
+// The element types horovod moves. Float16 tensors hold IEEE binary16 bit patterns (package fp16),
+// BFloat16 tensors bfloat16 ones (package bf16).
 const (
-	Uint8   = backend.Uint8
-	Int8    = backend.Int8
-	Int32   = backend.Int32
-	Int64   = backend.Int64
-	Float16 = backend.Float16
-	Float32 = backend.Float32
-	Float64 = backend.Float64
+	Uint8    = backend.Uint8
+	Int8     = backend.Int8
+	Int32    = backend.Int32
+	Int64    = backend.Int64
+	Float16  = backend.Float16
+	Float32  = backend.Float32
+	Float64  = backend.Float64
+	BFloat16 = backend.BFloat16
 )
 
 // Tensor is a dense row-major array in host memory: what TensorFlow hands back for a gradient.
@@ -62,7 +64,8 @@ func (t Tensor) check() error {
 	return nil
 }
 
-// Element is a Go type a Tensor can be viewed as. uint16 stands for float16 bit patterns.
+// Element is a Go type a Tensor can be viewed as. uint16 stands for float16 bit patterns, and
+// Values also views bfloat16 ones as uint16.
 type Element interface {
 	uint8 | int8 | int32 | int64 | uint16 | float32 | float64
 }
@@ -109,9 +112,9 @@ func NewTensor[T Element](shape []int, values []T) (Tensor, error) {
 	return t, nil
 }
 
-// Values views t's data as a []T (not copied). T must match t.DType.
+// Values views t's data as a []T (not copied). T must match t.DType (uint16 for BFloat16 too).
 func Values[T Element](t Tensor) ([]T, error) {
-	if want := DTypeOf[T](); t.DType != want {
+	if want := DTypeOf[T](); t.DType != want && !(want == Float16 && t.DType == BFloat16) {
 		return nil, fmt.Errorf("horovod: tensor of %v viewed as %v", t.DType, want)
 	}
 	var zero T

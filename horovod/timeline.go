@@ -99,10 +99,13 @@ func (t *timeline) arrived(name string, r int, ts time.Time) {
 	}
 }
 
-// negotiated closes the negotiation and opens the operation itself.
-func (t *timeline) negotiated(name string, kind opKind, ts time.Time) {
+// negotiated closes the negotiation and opens the operation itself, with the dtype that crosses
+// the wire in its args (float16 or bfloat16 where a Reducer compresses).
+func (t *timeline) negotiated(name string, kind opKind, dtype DType, ts time.Time) {
 	t.finish(name, ts)
-	t.begin(name, upper(kind), ts)
+	if t != nil {
+		t.emit(traceEvent{Name: upper(kind), Phase: "B", TS: t.at(ts), PID: t.pid(name), Args: map[string]string{"dtype": dtype.String()}})
+	}
 }
 
 // done closes the operation.

@@ -12,11 +12,12 @@
 #                       kernel's count on each host's interface, and a rank dying, stalling or
 #                       freezing alone on one machine; then finetune's GPU placement per
 #                       machine and a 2+2 training run equal to one rank with 4x the batch
-#   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB), fp16
-#                       conversion vs memcpy and vs github.com/x448/float16; then a Reducer step
+#   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB; MiniLM's
+#                       gradients in float32, fp16 and bf16), fp16 and bf16 conversion vs memcpy
+#                       and vs github.com/x448/float16; then a Reducer step
 #                       over MiniLM's gradients and a 128 MiB copy on one goroutine and on this
 #                       rank's share of the cores, side by side
-#   make bench-network  the allreduce of MiniLM's gradients (float32 and fp16), 64 MiB and 4 KiB
+#   make bench-network  the allreduce of MiniLM's gradients (float32, fp16, bf16), 64 MiB and 4 KiB
 #                       against raw MPI_Allreduce over 2 and 4 simulated machines of one rank each,
 #                       their links shaped to 1 and 10 Gbit/s with 0.2 ms of delay
 #                       (scripts/fake-nodes/bench-network.sh; needs root; not part of make bench)

@@ -98,8 +98,11 @@ func (c *Comm) AllReduceAt(buf *DeviceBuffer, off, count int, dt DataType, op Re
 	if op < Sum || op > Avg {
 		return fmt.Errorf("nccl: AllReduce: unknown reduction %v", op)
 	}
-	if op == Avg && c.lib.version < minVersionAvg {
+	if op == Avg && c.lib.version < minVersion210 {
 		return fmt.Errorf("nccl: AllReduce: average needs NCCL >= 2.10, loaded %s", c.lib.VersionString())
+	}
+	if dt == Bfloat16 && c.lib.version < minVersion210 {
+		return fmt.Errorf("nccl: AllReduce: bfloat16 needs NCCL >= 2.10, loaded %s", c.lib.VersionString())
 	}
 	return c.lib.rt.onDevice(c.dev, func() error {
 		p := unsafe.Add(buf.ptr, off)

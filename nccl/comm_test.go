@@ -208,7 +208,7 @@ func TestCollectiveArgumentChecks(t *testing.T) {
 	}
 }
 
-func TestAverageNeedsNCCL210(t *testing.T) {
+func TestAverageAndBfloat16NeedNCCL210(t *testing.T) {
 	t.Setenv("FAKE_NCCL_VERSION", "2906")
 	lib := fakeNCCL(t, "1")
 	c := newFakeComm(t, lib)
@@ -216,5 +216,8 @@ func TestAverageNeedsNCCL210(t *testing.T) {
 	buf, _ := lib.Runtime().AllocDevice(0, 16)
 	if err := c.AllReduce(buf, 4, Float32, Avg); err == nil || !strings.Contains(err.Error(), "average needs NCCL >= 2.10, loaded 2.9.6") {
 		t.Errorf("err = %v", err)
+	}
+	if err := c.AllReduce(buf, 4, Bfloat16, Sum); err == nil || !strings.Contains(err.Error(), "bfloat16 needs NCCL >= 2.10, loaded 2.9.6") {
+		t.Errorf("bfloat16: err = %v", err)
 	}
 }

@@ -61,9 +61,9 @@ func (o RedOp) String() string {
 	return fmt.Sprintf("RedOp(%d)", int(o))
 }
 
-// minVersionAvg is the first NCCL_VERSION_CODE with ncclAvg (2.10.0; codes from 2.9 on are
-// major*10000 + minor*100 + patch).
-const minVersionAvg = 21000
+// minVersion210 is the first NCCL_VERSION_CODE with ncclAvg and ncclBfloat16 (2.10.0; codes
+// from 2.9 on are major*10000 + minor*100 + patch).
+const minVersion210 = 21000
 
 // DataType is ncclDataType_t.
 type DataType int

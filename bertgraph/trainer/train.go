@@ -116,15 +116,11 @@ func (t *Trainer) Train(data *tfrecord.Dataset, from Position) (Result, error) {
 func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error) {
 	var lossScale float32 // after the last step trained
 	o := &t.opts
-	compression := horovod.NoCompression
-	if o.FP16 {
-		compression = horovod.FP16Compression
-	}
 	// In place: the sums overwrite the gradients in their one contiguous buffer, which the
 	// backend reduces with a single call and Apply then reads; no copy of 90 MB per step. The
 	// 1/size of the average is left to Apply (DeferAverage), which folds it into the multiply
 	// clipping does anyway: no pass over the 90 MB for it either.
-	reducer, err := t.hvd.NewReducer(horovod.ReducerOptions{Compression: compression, InPlace: true, DeferAverage: true})
+	reducer, err := t.hvd.NewReducer(horovod.ReducerOptions{Compression: o.Compression, InPlace: true, DeferAverage: true})
 	if err != nil {
 		return Result{Step: step, LossScale: lossScale}, err
 	}

@@ -35,8 +35,9 @@ type Options struct {
 	Seed int64
 	// ClipNorm is the global norm the averaged gradients are clipped to.
 	ClipNorm float64
-	// FP16 compresses the gradients to float16 for the allreduce.
-	FP16 bool
+	// Compression is how the gradients cross the wire in the allreduce (float32, or compressed
+	// to float16 or bfloat16).
+	Compression horovod.Compression
 
 	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
 	// for no). The ranks agree on the request beside the step's gradients, so all of them stop

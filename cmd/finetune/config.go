@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/horovod"
 )
 
 // Config is one fine-tuning run: run_classifier.py's flags with their names, defaults and
@@ -57,6 +58,7 @@ type Config struct {
 	Horovod bool
 	// gorovod
 	AllreduceBackend   string // auto, mpi or nccl
+	Compression        string // none, fp16 or bf16: the allreduce's wire type (--use_fp16 is fp16)
 	SavedModel         string
 	ExportDir          string
 	Seed               int64
@@ -121,6 +123,7 @@ func runClassifierDefaults() Config {
 		ClipNorm:                  1,
 		Seed:                      12345,
 		AllreduceBackend:          "auto",
+		Compression:               "none",
 	}
 }
 
@@ -264,6 +267,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.Horovod, "horovod", c.Horovod, "Accepted for the Horovod recipe's command lines; no effect: every run is Horovod's (one rank without mpirun).")
 	// gorovod
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (each rank's GPU), or auto (nccl when every rank of a multi-rank job has a GPU and NCCL, else mpi).")
+	fs.StringVar(&c.Compression, "compression", c.Compression, "How the gradients cross the wire in the allreduce: none (float32), fp16 (Horovod's Compression.fp16, as --use_fp16) or bf16 (bfloat16: fp16's bytes, float32's range, 8 significant bits instead of 11).")
 	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
 	fs.StringVar(&c.ExportDir, "export_dir", c.ExportDir, "Where rank 0 exports the serving SavedModel of the final weights (default output_dir/export; \"none\" skips).")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")
@@ -363,6 +367,21 @@ func (c *Config) fromTaskAndModel(set map[string]bool) error {
 	return nil
 }
 
+// compression is the allreduce's Compression: --compression, with --use_fp16 standing for fp16.
+func (c *Config) compression() (horovod.Compression, error) {
+	comp, err := horovod.ParseCompression(c.Compression)
+	if err != nil {
+		return 0, fmt.Errorf("--compression %q: want none, fp16 or bf16", c.Compression)
+	}
+	if c.UseFP16 {
+		if comp == horovod.BF16Compression {
+			return 0, errors.New("--use_fp16 and --compression=bf16 contradict each other: keep one")
+		}
+		comp = horovod.FP16Compression
+	}
+	return comp, nil
+}
+
 // check rejects flags that are out of range or contradict each other. Files are checked later,
 // by validate, once the rank is known.
 func (c *Config) check() error {
@@ -389,6 +408,9 @@ func (c *Config) check() error {
 	case "auto", "mpi", "nccl":
 	default:
 		bad("--allreduce_backend %q: want auto, mpi or nccl", c.AllreduceBackend)
+	}
+	if _, err := c.compression(); err != nil {
+		bad("%v", err)
 	}
 	if c.OutputDir == "" {
 		bad("--output_dir is required")

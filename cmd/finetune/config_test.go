@@ -15,6 +15,7 @@ import (
 	"github.com/gorovod/gorovod/bertgraph/datatests"
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
+	"github.com/gorovod/gorovod/horovod"
 )
 
 func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
@@ -436,5 +437,43 @@ func TestAMPFlag(t *testing.T) {
 	var u *usageError
 	if !errors.As(err, &u) || !strings.Contains(err.Error(), "-amp") || !strings.Contains(err.Error(), "bf16 or fp16") {
 		t.Errorf("--amp=fp8: %v", err)
+	}
+}
+
+// --compression picks the allreduce's wire type; --use_fp16 keeps its meaning (fp16) and
+// contradicts bf16.
+func TestCompressionFlag(t *testing.T) {
+	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
+	for _, tc := range []struct {
+		args []string
+		want horovod.Compression
+	}{
+		{nil, horovod.NoCompression},
+		{[]string{"--use_fp16"}, horovod.FP16Compression},
+		{[]string{"--compression=fp16"}, horovod.FP16Compression},
+		{[]string{"--compression=bf16"}, horovod.BF16Compression},
+		{[]string{"--compression=fp16", "--use_fp16"}, horovod.FP16Compression},
+		{[]string{"--compression=none", "--use_fp16"}, horovod.FP16Compression},
+	} {
+		c, err := parseConfig(append(append([]string{}, base...), tc.args...), io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got, err := c.compression(); err != nil || got != tc.want {
+			t.Errorf("%v: compression %v, %v; want %v", tc.args, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--compression=bf16", "--use_fp16"}, "--use_fp16 and --compression=bf16 contradict"},
+		{[]string{"--compression=int8"}, `--compression "int8": want none, fp16 or bf16`},
+	} {
+		_, err := parseConfig(append(append([]string{}, base...), tc.args...), io.Discard)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
 	}
 }

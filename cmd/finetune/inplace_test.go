@@ -8,19 +8,25 @@ import (
 	"testing"
 )
 
-// The gradients lie back to back in one buffer (bertgraph.FlatTensors), so horovod must reduce
-// them where they are: a 2-rank training run's timeline shows every gradient reaching
-// MPI_ALLREDUCE each step and none copied into or out of the fusion buffer. The statistics and
-// the stop request (trainer/*) are tensors of their own, fused through the buffer as usual.
-func TestGradientsAreReducedInPlace(t *testing.T) {
+// timelineEvent is one event of horovod's timeline (Chrome trace format).
+type timelineEvent struct {
+	Name  string            `json:"name"`
+	Phase string            `json:"ph"`
+	PID   int               `json:"pid"`
+	Args  map[string]string `json:"args"`
+}
+
+// gradientPhases trains the tiny model for 4 steps on 2 ranks with HOROVOD_TIMELINE and the
+// given flags, and returns the timeline's operation phases (name -> count) of each gradient (the
+// Reducer's gradients/*), and the dtype each gradient's ALLREDUCE carried on the wire.
+func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string]int, wire map[string]string) {
 	model := tinyModel(t, false)
 	data := t.TempDir()
 	writeData(t, data, 32, 4, 4)
 	out := t.TempDir()
 	timeline := filepath.Join(out, "timeline.json")
-	const steps = 4 // 32 lines, 2 ranks, batch 4
-	cmd := mpirun(t, 2, tinyFlags(model, data, out, "--do_train", "--num_train_epochs=1", "--train_batch_size=4",
-		"--learning_rate=1e-3", "--save_checkpoints_steps=0", "--export_dir=none", "--seed=3")...)
+	cmd := mpirun(t, 2, tinyFlags(model, data, out, append([]string{"--do_train", "--num_train_epochs=1", "--train_batch_size=4",
+		"--learning_rate=1e-3", "--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}, flags...)...)...)
 	cmd.Env = append(cmd.Env, "HOROVOD_TIMELINE="+timeline)
 	mustSucceed(t, cmd)
 
@@ -28,12 +34,7 @@ func TestGradientsAreReducedInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []struct {
-		Name  string            `json:"name"`
-		Phase string            `json:"ph"`
-		PID   int               `json:"pid"`
-		Args  map[string]string `json:"args"`
-	}
+	var events []timelineEvent
 	if err := json.Unmarshal(b, &events); err != nil {
 		t.Fatalf("%s: %v", timeline, err)
 	}
@@ -43,30 +44,56 @@ func TestGradientsAreReducedInPlace(t *testing.T) {
 			tensor[e.PID] = e.Args["name"]
 		}
 	}
-	reduced := map[string]int{}
-	copies := map[string]int{}
+	phases, wire = map[string]map[string]int{}, map[string]string{}
 	for _, e := range events {
 		name := tensor[e.PID]
-		if e.Phase != "B" || strings.HasPrefix(name, "trainer/") {
+		if e.Phase != "B" || !strings.HasPrefix(name, "gradients/") {
 			continue
 		}
-		switch e.Name {
-		case "MPI_ALLREDUCE":
-			reduced[name]++
-		case "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER":
-			copies[name+" "+e.Name]++
+		if phases[name] == nil {
+			phases[name] = map[string]int{}
+		}
+		phases[name][e.Name]++
+		if e.Name == "ALLREDUCE" {
+			wire[name] = e.Args["dtype"]
 		}
 	}
+	return phases, wire
+}
+
+// The gradients lie back to back in one buffer (bertgraph.FlatTensors), so horovod must reduce
+// them where they are: a 2-rank training run's timeline shows every gradient reaching
+// MPI_ALLREDUCE each step, as float32, and none copied into or out of the fusion buffer. The
+// statistics and the stop request are tensors of their own, fused through the buffer as usual.
+func TestGradientsAreReducedInPlace(t *testing.T) {
+	const steps = 4 // 32 lines, 2 ranks, batch 4
+	phases, wire := gradientPhases(t)
 	// The tiny model has 2 layers of 16 variables plus embeddings, pooler and classifier.
-	if len(reduced) < 30 {
-		t.Fatalf("%d gradients reached MPI_ALLREDUCE in the timeline, want every variable's: %v", len(reduced), reduced)
+	if len(phases) < 30 {
+		t.Fatalf("%d gradients in the timeline, want every variable's: %v", len(phases), phases)
 	}
-	for name, n := range reduced {
-		if n != steps {
+	for name, p := range phases {
+		if n := p["MPI_ALLREDUCE"]; n != steps {
 			t.Errorf("%s: reduced %d times, want once per step (%d)", name, n, steps)
 		}
+		if n := p["MEMCPY_IN_FUSION_BUFFER"] + p["MEMCPY_OUT_FUSION_BUFFER"]; n > 0 {
+			t.Errorf("%s: copied through the fusion buffer %d times, want never", name, n)
+		}
+		if wire[name] != "float32" {
+			t.Errorf("%s: crossed the wire as %q, want float32", name, wire[name])
+		}
 	}
-	if len(copies) > 0 {
-		t.Errorf("gradients copied through the fusion buffer (%d tensor phases), want none: %v", len(copies), copies)
+}
+
+// --compression=bf16 really reaches the wire: every gradient's allreduce is a bfloat16 one.
+func TestBF16CompressionReachesTheWire(t *testing.T) {
+	phases, wire := gradientPhases(t, "--compression=bf16")
+	if len(phases) < 30 {
+		t.Fatalf("%d gradients in the timeline, want every variable's: %v", len(phases), phases)
+	}
+	for name := range phases {
+		if wire[name] != "bfloat16" {
+			t.Errorf("%s: crossed the wire as %q, want bfloat16", name, wire[name])
+		}
 	}
 }

@@ -56,9 +56,13 @@ func (j *job) train() (int64, error) {
 	j.console.infof("***** Running training *****  examples = %d (%d skipped), batch = %d per rank x %d ranks, steps = %d, warmup = %d, peak learning rate = %g",
 		examples, skipped, c.TrainBatchSize, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
 
+	compression, err := c.compression()
+	if err != nil {
+		return 0, err
+	}
 	t, err := trainer.New(j.hvd, j.model, trainer.Options{
 		Dir: j.in.rankDir, Checkpoints: j.ckpts, SaveCheckpointsSteps: c.SaveCheckpointsSteps, InitCheckpoint: c.InitCheckpoint,
-		Schedule: sched, BatchSize: c.TrainBatchSize, Seed: c.Seed, ClipNorm: c.ClipNorm, FP16: c.UseFP16,
+		Schedule: sched, BatchSize: c.TrainBatchSize, Seed: c.Seed, ClipNorm: c.ClipNorm, Compression: compression,
 		Stop: j.stop.requested, Progress: j.console, Logf: j.console.logf,
 	})
 	if err != nil {

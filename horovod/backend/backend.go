@@ -21,7 +21,8 @@ import (
 // error rather than a silent uint8.
 type DType uint8
 
-// The element types that cross the wire. Float16 is IEEE 754 binary16 stored as its bit pattern.
+// The element types that cross the wire. Float16 is IEEE 754 binary16 and BFloat16 is bfloat16
+// (float32's top 16 bits), each stored as its bit pattern.
 const (
 	Uint8 DType = iota + 1
 	Int8
@@ -30,17 +31,18 @@ const (
 	Float16
 	Float32
 	Float64
+	BFloat16
 )
 
 // DTypes lists every valid DType, in declaration order.
-var DTypes = []DType{Uint8, Int8, Int32, Int64, Float16, Float32, Float64}
+var DTypes = []DType{Uint8, Int8, Int32, Int64, Float16, Float32, Float64, BFloat16}
 
 // Size is the number of bytes of one element; 0 for an invalid DType.
 func (d DType) Size() int {
 	switch d {
 	case Uint8, Int8:
 		return 1
-	case Float16:
+	case Float16, BFloat16:
 		return 2
 	case Int32, Float32:
 		return 4
@@ -50,8 +52,8 @@ func (d DType) Size() int {
 	return 0
 }
 
-// IsFloat reports whether d is a floating-point type (the ones fp16 compression applies to).
-func (d DType) IsFloat() bool { return d == Float16 || d == Float32 || d == Float64 }
+// IsFloat reports whether d is a floating-point type.
+func (d DType) IsFloat() bool { return d == Float16 || d == Float32 || d == Float64 || d == BFloat16 }
 
 // Valid reports whether d is one of the declared types.
 func (d DType) Valid() bool { return d.Size() != 0 }
@@ -72,6 +74,8 @@ func (d DType) String() string {
 		return "float32"
 	case Float64:
 		return "float64"
+	case BFloat16:
+		return "bfloat16"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -80,7 +84,7 @@ func (d DType) String() string {
 // horovod implements it as Sum followed by a postscale of 1/size, as Horovod does.
 type ReduceOp uint8
 
-// The reductions every Backend supports for every DType, Float16 included.
+// The reductions every Backend supports for every DType, Float16 and BFloat16 included.
 const (
 	Sum ReduceOp = iota + 1
 	Min

@@ -14,7 +14,7 @@ import (
 )
 
 var (
-	reduceTypes = []backend.DType{backend.Int32, backend.Int64, backend.Float16, backend.Float32, backend.Float64}
+	reduceTypes = []backend.DType{backend.Int32, backend.Int64, backend.Float16, backend.BFloat16, backend.Float32, backend.Float64}
 	shapes      = [][]int{{17}, {3, 5}, {2, 3, 4}}
 )
 

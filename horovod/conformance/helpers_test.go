@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/bf16"
 	"github.com/gorovod/gorovod/horovod/fp16"
 )
 
@@ -26,6 +27,8 @@ func encode(dt backend.DType, vals []float64) []byte {
 			binary.Write(&b, binary.LittleEndian, int64(v))
 		case backend.Float16:
 			binary.Write(&b, binary.LittleEndian, fp16.FromFloat64(v))
+		case backend.BFloat16:
+			binary.Write(&b, binary.LittleEndian, bf16.FromFloat64(v))
 		case backend.Float32:
 			binary.Write(&b, binary.LittleEndian, float32(v))
 		case backend.Float64:
@@ -52,6 +55,8 @@ func decode(t horovod.Tensor) []float64 {
 			out[i] = float64(int64(binary.LittleEndian.Uint64(e)))
 		case backend.Float16:
 			out[i] = fp16.ToFloat64(binary.LittleEndian.Uint16(e))
+		case backend.BFloat16:
+			out[i] = bf16.ToFloat64(binary.LittleEndian.Uint16(e))
 		case backend.Float32:
 			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(e)))
 		case backend.Float64:

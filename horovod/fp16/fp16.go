@@ -9,7 +9,11 @@
 // horovod's fp16 compression and what TensorFlow's DT_HALF tensors hold.
 package fp16
 
-import "math"
+import (
+	"math"
+
+	"github.com/gorovod/gorovod/horovod/internal/bulk"
+)
 
 // ToFloat32 widens a half to float32 exactly.
 func ToFloat32(h uint16) float32 {
@@ -92,49 +96,27 @@ func roundShift(m uint64, s uint) uint64 {
 
 // EncodeFloat32 narrows src into dst; len(dst) must be at least len(src).
 func EncodeFloat32(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	n := 0
+	var simd func(*uint16, *float32, int)
 	if hasF16C {
-		n = len(src) &^ 7
-		if n > 0 {
-			encodeF16C(&dst[0], &src[0], n)
-		}
+		simd = encodeF16C
 	}
-	for i := n; i < len(src); i++ {
-		dst[i] = FromFloat32(src[i])
-	}
+	bulk.Convert(dst, src, 8, simd, FromFloat32)
 }
 
 // DecodeFloat32 widens src into dst; len(dst) must be at least len(src).
 func DecodeFloat32(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	n := 0
+	var simd func(*float32, *uint16, int)
 	if hasF16C {
-		n = len(src) &^ 7
-		if n > 0 {
-			decodeF16C(&dst[0], &src[0], n)
-		}
+		simd = decodeF16C
 	}
-	for i := n; i < len(src); i++ {
-		dst[i] = ToFloat32(src[i])
-	}
+	bulk.Convert(dst, src, 8, simd, ToFloat32)
 }
 
 // EncodeFloat64 narrows src into dst with a single rounding; len(dst) must be at least len(src).
-func EncodeFloat64(dst []uint16, src []float64) {
-	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = FromFloat64(f)
-	}
-}
+func EncodeFloat64(dst []uint16, src []float64) { bulk.Convert(dst, src, 1, nil, FromFloat64) }
 
 // DecodeFloat64 widens src into dst; len(dst) must be at least len(src).
-func DecodeFloat64(dst []float64, src []uint16) {
-	dst = dst[:len(src)]
-	for i, h := range src {
-		dst[i] = ToFloat64(h)
-	}
-}
+func DecodeFloat64(dst []float64, src []uint16) { bulk.Convert(dst, src, 1, nil, ToFloat64) }
 
 // Accelerated reports whether the bulk float32 conversions use the F16C instructions.
 func Accelerated() bool { return hasF16C }

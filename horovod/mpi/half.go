@@ -7,25 +7,31 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/bf16"
 	"github.com/gorovod/gorovod/horovod/fp16"
 )
 
 // halfBlock is how many halves are widened at a time, on the stack of the calling thread.
 const halfBlock = 2048
 
-// hvdHalfReduce is the body of the float16 MPI operators: inout[i] = op(in[i], inout[i]),
-// computed in float32 and rounded back to nearest even. MPI calls it on the thread of the allreduce.
+// hvdHalfReduce is the body of the float16 and bfloat16 MPI operators (bfloat16 != 0 says
+// which): inout[i] = op(in[i], inout[i]), computed in float32 and rounded back to nearest even.
+// MPI calls it on the thread of the allreduce.
 //
 //export hvdHalfReduce
-func hvdHalfReduce(in, inout unsafe.Pointer, n C.int, op C.int) {
+func hvdHalfReduce(in, inout unsafe.Pointer, n C.int, op C.int, bfloat16 C.int) {
+	encode, decode := fp16.EncodeFloat32, fp16.DecodeFloat32
+	if bfloat16 != 0 {
+		encode, decode = bf16.EncodeFloat32, bf16.DecodeFloat32
+	}
 	a := unsafe.Slice((*uint16)(in), int(n))
 	b := unsafe.Slice((*uint16)(inout), int(n))
 	var fa, fb [halfBlock]float32
 	for off := 0; off < len(a); off += halfBlock {
 		m := min(halfBlock, len(a)-off)
 		x, y := fa[:m], fb[:m]
-		fp16.DecodeFloat32(x, a[off:off+m])
-		fp16.DecodeFloat32(y, b[off:off+m])
+		decode(x, a[off:off+m])
+		decode(y, b[off:off+m])
 		switch backend.ReduceOp(op) {
 		case backend.Sum:
 			for i := range y {
@@ -44,6 +50,6 @@ func hvdHalfReduce(in, inout unsafe.Pointer, n C.int, op C.int) {
 				y[i] *= x[i]
 			}
 		}
-		fp16.EncodeFloat32(b[off:off+m], y)
+		encode(b[off:off+m], y)
 	}
 }

@@ -2,7 +2,7 @@
 // dedicated, locked OS thread, which makes every MPI call of the process but those of horovod's
 // background loop; the loop, one goroutine, makes its own calls wherever Go runs it (see Serve).
 // No two calls ever overlap, so MPI_THREAD_SERIALIZED is all it asks of the library. float16
-// reductions go through custom MPI operators backed by package fp16.
+// and bfloat16 reductions go through custom MPI operators backed by packages fp16 and bf16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
 // them sleeping rather than polling, unless it is opened with backend.WaitSpin

@@ -9,7 +9,7 @@
 #endif
 
 static MPI_Comm world = MPI_COMM_NULL;
-static MPI_Datatype half_type = MPI_DATATYPE_NULL;
+static MPI_Datatype half_type = MPI_DATATYPE_NULL, bf16_type = MPI_DATATYPE_NULL;
 static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL, half_prod = MPI_OP_NULL;
 static int we_initialized = 0;
 static int world_rank = 0, world_size = 1;
@@ -28,29 +28,26 @@ static int *note_from = NULL;     // the rank each receive in notes is from
 enum { HVD_NOTE_TAG_BASE = 0x4000, HVD_NOTE_TAGS = 0x4000 };
 static uint64_t rounds = 0, roll_calls = 0; // allgathers, and those that took a roll call
 
-// The float16 operators call back into Go (package fp16, with its F16C path) once per block that
-// MPI hands them, so the conversion code exists once. Each widens both operands to float32,
-// combines them and narrows the result with round-to-nearest-even, as Horovod's float16 sum does.
-extern void hvdHalfReduce(void *in, void *inout, int len, int op);
+// The 16-bit float operators call back into Go (packages fp16, with its F16C path, and bf16) once
+// per block that MPI hands them, so the conversion code exists once. Each widens both operands to
+// float32, combines them and narrows the result with round-to-nearest-even, as Horovod's float16
+// sum does. float16 and bfloat16 share the operators: the datatype MPI passes tells them apart.
+extern void hvdHalfReduce(void *in, void *inout, int len, int op, int bfloat16);
 
 static void half_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
-	(void)dt;
-	hvdHalfReduce(in, inout, *len, HVD_SUM);
+	hvdHalfReduce(in, inout, *len, HVD_SUM, *dt == bf16_type);
 }
 
 static void half_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
-	(void)dt;
-	hvdHalfReduce(in, inout, *len, HVD_MIN);
+	hvdHalfReduce(in, inout, *len, HVD_MIN, *dt == bf16_type);
 }
 
 static void half_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
-	(void)dt;
-	hvdHalfReduce(in, inout, *len, HVD_MAX);
+	hvdHalfReduce(in, inout, *len, HVD_MAX, *dt == bf16_type);
 }
 
 static void half_prod_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
-	(void)dt;
-	hvdHalfReduce(in, inout, *len, HVD_PROD);
+	hvdHalfReduce(in, inout, *len, HVD_PROD, *dt == bf16_type);
 }
 
 int hvd_mpi_init(hvd_topology *topo) {
@@ -88,6 +85,8 @@ int hvd_mpi_init(hvd_topology *topo) {
 
 	if ((err = MPI_Type_contiguous(2, MPI_BYTE, &half_type)) != MPI_SUCCESS) return err;
 	MPI_Type_commit(&half_type);
+	if ((err = MPI_Type_contiguous(2, MPI_BYTE, &bf16_type)) != MPI_SUCCESS) return err;
+	MPI_Type_commit(&bf16_type);
 	MPI_Op_create(half_sum_fn, 1, &half_sum);
 	MPI_Op_create(half_min_fn, 1, &half_min);
 	MPI_Op_create(half_max_fn, 1, &half_max);
@@ -104,12 +103,13 @@ static MPI_Datatype mpi_type(int dtype) {
 	case HVD_FLOAT16: return half_type;
 	case HVD_FLOAT32: return MPI_FLOAT;
 	case HVD_FLOAT64: return MPI_DOUBLE;
+	case HVD_BFLOAT16: return bf16_type;
 	}
 	return MPI_DATATYPE_NULL;
 }
 
 static MPI_Op mpi_op(int dtype, int op) {
-	if (dtype == HVD_FLOAT16) {
+	if (dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16) {
 		switch (op) {
 		case HVD_SUM: return half_sum;
 		case HVD_MIN: return half_min;
@@ -272,6 +272,7 @@ int hvd_mpi_finalize(void) {
 	MPI_Op_free(&half_max);
 	MPI_Op_free(&half_prod);
 	MPI_Type_free(&half_type);
+	MPI_Type_free(&bf16_type);
 	MPI_Comm_free(&world);
 	free(reached);
 	free(notes);

@@ -1,5 +1,5 @@
 // C side of package mpi: thin wrappers that keep MPI handles (which are pointers in OpenMPI and
-// integers elsewhere) out of Go, and the float16 reduction operators.
+// integers elsewhere) out of Go, and the float16 and bfloat16 reduction operators.
 #ifndef GOROVOD_MPI_SHIM_H
 #define GOROVOD_MPI_SHIM_H
 
@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Element types, in the numbering of horovod/backend.DType.
-enum { HVD_UINT8 = 1, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64 };
+enum { HVD_UINT8 = 1, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64, HVD_BFLOAT16 };
 // Reductions, in the numbering of horovod/backend.ReduceOp.
 enum { HVD_SUM = 1, HVD_MIN, HVD_MAX, HVD_PROD };
 
@@ -17,7 +17,8 @@ typedef struct {
 } hvd_topology;
 
 // hvd_mpi_init initializes MPI (unless already initialized), duplicates MPI_COMM_WORLD with
-// MPI_ERRORS_RETURN, splits the local and cross communicators and creates the float16 type and ops.
+// MPI_ERRORS_RETURN, splits the local and cross communicators and creates the float16 and bfloat16 types and
+// their ops.
 int hvd_mpi_init(hvd_topology *topo);
 int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op);
 int hvd_mpi_bcast(void *buf, int count, int root);

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/bf16"
 	"github.com/gorovod/gorovod/horovod/fp16"
 )
 
@@ -43,37 +44,60 @@ func need(t *testing.T) backend.Topology {
 	return comm.Topology()
 }
 
-func halves(vals ...float32) []byte {
+// sixteenBit is one 16-bit float type's conversions from and to float32.
+type sixteenBit struct {
+	dt     backend.DType
+	narrow func(float32) uint16
+	widen  func(uint16) float32
+}
+
+var sixteenBits = []sixteenBit{{backend.Float16, fp16.FromFloat32, fp16.ToFloat32}, {backend.BFloat16, bf16.FromFloat32, bf16.ToFloat32}}
+
+func (f sixteenBit) encode(vals ...float32) []byte {
 	b := make([]byte, 2*len(vals))
 	for i, v := range vals {
-		binary.LittleEndian.PutUint16(b[2*i:], fp16.FromFloat32(v))
+		binary.LittleEndian.PutUint16(b[2*i:], f.narrow(v))
 	}
 	return b
 }
 
-func floats(b []byte) []float32 {
+func (f sixteenBit) decode(b []byte) []float32 {
 	out := make([]float32, len(b)/2)
 	for i := range out {
-		out[i] = fp16.ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+		out[i] = f.widen(binary.LittleEndian.Uint16(b[2*i:]))
 	}
 	return out
 }
 
-func TestFloat16Operators(t *testing.T) {
+// TestSixteenBitOperators: with up to 3 ranks (make test-mpi runs 2 and 3), every value and
+// partial result below is exact in both float16 and bfloat16 (at most 8 significant bits), so
+// the results are compared exactly. The last element is 2^17
+// per rank: beyond float16's range (infinity), within bfloat16's.
+func TestSixteenBitOperators(t *testing.T) {
 	topo := need(t)
+	for _, f := range sixteenBits {
+		t.Run(f.dt.String(), func(t *testing.T) { testSixteenBitOperators(t, topo, f) })
+	}
+}
+
+func testSixteenBitOperators(t *testing.T, topo backend.Topology, f sixteenBit) {
 	r, n := float32(topo.Rank), float32(topo.Size)
 	inf := float32(math.Inf(1))
 	// Per element: a value per rank, and the sum, min, max and product over ranks.
-	in := halves(r, -r*0.5, 1000*r, 0.25, r)
+	in := f.encode(r, -r*0.5, 96*r, 0.25, r)
 	last := float32(0)
 	if topo.Rank == topo.Size-1 {
 		last = inf
 	}
-	in = append(in, halves(last)...)
-	sum := []float32{n * (n - 1) / 2, -n * (n - 1) / 4, 1000 * n * (n - 1) / 2, 0.25 * n, n * (n - 1) / 2, inf}
-	lo := []float32{0, -(n - 1) * 0.5, 0, 0.25, 0, 0}
-	hi := []float32{n - 1, 0, 1000 * (n - 1), 0.25, n - 1, inf}
-	prod := []float32{0, 0, 0, float32(math.Pow(0.25, float64(n))), 0, inf}
+	in = append(in, f.encode(last, 1<<17)...)
+	big := float32(1 << 17)
+	if f.dt == backend.Float16 {
+		big = inf
+	}
+	sum := []float32{n * (n - 1) / 2, -n * (n - 1) / 4, 96 * n * (n - 1) / 2, 0.25 * n, n * (n - 1) / 2, inf, big * n}
+	lo := []float32{0, -(n - 1) * 0.5, 0, 0.25, 0, 0, big}
+	hi := []float32{n - 1, 0, 96 * (n - 1), 0.25, n - 1, inf, big}
+	prod := []float32{0, 0, 0, float32(math.Pow(0.25, float64(n))), 0, inf, float32(math.Pow(float64(big), float64(n)))}
 	if n > 1 {
 		prod[5] = float32(math.NaN()) // 0·inf
 	}
@@ -82,10 +106,10 @@ func TestFloat16Operators(t *testing.T) {
 		want []float32
 	}{{backend.Sum, sum}, {backend.Min, lo}, {backend.Max, hi}, {backend.Product, prod}} {
 		out := make([]byte, len(in))
-		if err := comm.Allreduce(in, out, backend.Float16, c.op); err != nil {
+		if err := comm.Allreduce(in, out, f.dt, c.op); err != nil {
 			t.Fatal(err)
 		}
-		got := floats(out)
+		got := f.decode(out)
 		for i := range got {
 			if got[i] != c.want[i] && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(c.want[i]))) {
 				t.Errorf("%v: element %d is %v, want %v (all: %v)", c.op, i, got[i], c.want[i], got)
@@ -94,14 +118,14 @@ func TestFloat16Operators(t *testing.T) {
 		}
 	}
 	// A NaN anywhere makes the sum NaN.
-	nan := halves(0)
+	nan := f.encode(0)
 	if topo.Rank == 0 {
-		nan = halves(float32(math.NaN()))
+		nan = f.encode(float32(math.NaN()))
 	}
-	if err := comm.Allreduce(nan, nan, backend.Float16, backend.Sum); err != nil {
+	if err := comm.Allreduce(nan, nan, f.dt, backend.Sum); err != nil {
 		t.Fatal(err)
 	}
-	if v := floats(nan)[0]; v == v {
+	if v := f.decode(nan)[0]; v == v {
 		t.Errorf("sum with a NaN is %v", v)
 	}
 }

@@ -11,7 +11,7 @@
 // and the reduction of the previous ones; the copies use several cores (package
 // horovod/internal/parallel). Buffers in pinned memory the backend lent (AllocHost, the
 // backend.HostAllocator horovod keeps a Reducer's arenas in) skip the copy on their side.
-// float16 reduces as ncclHalf.
+// float16 reduces as ncclHalf, bfloat16 as ncclBfloat16 (NCCL >= 2.10).
 package ncclbackend
 
 import (
@@ -256,6 +256,8 @@ func ncclType(dt backend.DType) (nccl.DataType, error) {
 		return nccl.Float32, nil
 	case backend.Float64:
 		return nccl.Float64, nil
+	case backend.BFloat16:
+		return nccl.Bfloat16, nil
 	}
 	return 0, fmt.Errorf("ncclbackend: unknown dtype %v", dt)
 }

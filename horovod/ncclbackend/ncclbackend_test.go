@@ -256,7 +256,8 @@ func TestArgumentErrors(t *testing.T) {
 
 func TestDataTypeMapping(t *testing.T) {
 	want := map[backend.DType]nccl.DataType{backend.Uint8: nccl.Uint8, backend.Int8: nccl.Int8, backend.Int32: nccl.Int32,
-		backend.Int64: nccl.Int64, backend.Float16: nccl.Float16, backend.Float32: nccl.Float32, backend.Float64: nccl.Float64}
+		backend.Int64: nccl.Int64, backend.Float16: nccl.Float16, backend.Float32: nccl.Float32, backend.Float64: nccl.Float64,
+		backend.BFloat16: nccl.Bfloat16}
 	for _, dt := range backend.DTypes {
 		got, err := ncclType(dt)
 		if err != nil || got != want[dt] || got.Size() != dt.Size() {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Allreduce over shaped links between simulated machines: `bench-network.sh BENCH [NODES...]`
-# runs horovod/internal/bench -network (MiniLM's gradients in float32 and fp16, 64 MiB, 4 KiB,
+# runs horovod/internal/bench -network (MiniLM's gradients in float32, fp16 and bf16, 64 MiB, 4 KiB,
 # each against raw MPI_Allreduce) on 2 and 4 machines (or the NODES counts given) of one rank
 # each, their links shaped to 1 and 10 Gbit/s with 0.2 ms of delay (mpirun.sh,
 # GOROVOD_FAKE_NODES_MBIT and _DELAY). Needs root, as mpirun.sh does. Every job is bounded. The

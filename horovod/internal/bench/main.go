@@ -6,8 +6,9 @@
 // same size (timed in a C loop while no horovod instance runs on the communicator), Average with
 // its 1/size as a pass of its own and deferred to the consumer (cmd/finetune's path: the sums,
 // with the factor folded into apply_gradients' clipping), 4 KiB latency
-// against raw MPI, and, on rank 0 at the end, fp16 conversion per core against copying the same
-// fp32 bytes and against github.com/x448/float16. Each row's raw MPI and horovod figures are taken
+// against raw MPI, MiniLM's gradients in float32, fp16 and bf16, and, on rank 0 at the end, fp16
+// and bf16 conversion per core against copying the same fp32 bytes and against
+// github.com/x448/float16. Each row's raw MPI and horovod figures are taken
 // back to back, in several rounds, so that both see the same machine load. Ratios are reference time / horovod time: 1 is
 // parity, above 1 horovod is faster. Each row also says in how many of rank 0's allgathers (its
 // negotiation rounds) horovod/mpi took its roll call, which only a round that waits for a peer
@@ -30,6 +31,7 @@ import (
 
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/bf16"
 	"github.com/gorovod/gorovod/horovod/fp16"
 	"github.com/gorovod/gorovod/horovod/internal/gradshapes"
 	"github.com/gorovod/gorovod/horovod/internal/rawmpi"
@@ -47,7 +49,7 @@ var (
 	only       = flag.String("only", "", "run only the rows whose description matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
 	network    = flag.Bool("network", false, "the rows for links between machines instead: MiniLM's gradients "+
-		"in float32 and fp16, 64 MiB and 4 KiB, against raw MPI; no conversion rates")
+		"in float32, fp16 and bf16, 64 MiB and 4 KiB, against raw MPI; no conversion rates")
 )
 
 // keepOpen lets successive horovod instances share one MPI communicator: horovod closes its
@@ -165,20 +167,24 @@ func main() {
 		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, true, bigIters), nil},
 		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, true, bigIters), nil},
 	}
+	// MiniLM's gradients uncompressed, then in float16 and bfloat16, against raw MPI in float32.
+	grads := miniLMGradients()
+	miniLMRows := []measurement{
+		{"allreduce MiniLM's gradients, 105 tensors, fused, float32", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(sum, grads, bigIters), nil},
+		{"  the same, fp16 compression (raw MPI: float32)", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: horovod.FP16Compression}, grads, bigIters), nil},
+		{"  the same, bf16 compression (raw MPI: float32)", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: horovod.BF16Compression}, grads, bigIters), nil},
+	}
+	if *network {
+		ms = append(miniLMRows, bigRow, latencyRow)
+	} else {
+		ms = append(ms, miniLMRows...)
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
 			log.Fatal(err)
 		}
 		ms = slices.DeleteFunc(ms, func(m measurement) bool { return !re.MatchString(m.what) })
-	}
-	if *network {
-		grads := miniLMGradients()
-		ms = []measurement{
-			{"allreduce MiniLM's gradients, 105 tensors, fused, float32", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(sum, grads, bigIters), nil},
-			{"  the same, fp16 compression (raw MPI: float32)", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: horovod.FP16Compression}, grads, bigIters), nil},
-			bigRow, latencyRow,
-		}
 	}
 	raw, ours := make([]float64, len(ms)), make([]float64, len(ms))
 	// The allgathers of horovod's runs of each row (its negotiation rounds, and the data of an
@@ -234,8 +240,11 @@ func main() {
 		fmt.Printf("  %-60s raw MPI %9s  horovod %9s  ratio %.2f  roll calls %3.0f%%%s\n", m.what, dur(raw[i]), dur(ours[i]), raw[i]/ours[i],
 			100*float64(rollCalls[i])/float64(max(gathers[i], 1)), m.target)
 	}
+	if i := slices.IndexFunc(ms, func(m measurement) bool { return m.what == miniLMRows[0].what }); i >= 0 && i+2 < len(ms) {
+		fmt.Printf("  compression's gain on MiniLM's gradients: fp16 %.2fx, bf16 %.2fx faster than float32 (target >= 1.8 where the wire is the limit)\n",
+			ours[i]/ours[i+1], ours[i]/ours[i+2])
+	}
 	if *network {
-		fmt.Printf("  fp16 compression's gain on MiniLM's gradients: %.2fx faster than float32 (target >= 1.8 where the wire is the limit)\n", ours[0]/ours[1])
 		return
 	}
 	conversionRates()
@@ -372,5 +381,14 @@ func conversionRates() {
 	fmt.Printf("  memcpy %.2f\n", memcpy)
 	fmt.Printf("  encode %.2f: %.2fx memcpy (target >= 0.8), %.1fx x448/float16 at %.2f (target >= 5)\n", enc, enc/memcpy, enc/x448enc, x448enc)
 	fmt.Printf("  decode %.2f: %.2fx memcpy (target >= 0.8), %.1fx x448/float16 at %.2f (target >= 5)\n", dec, dec/memcpy, dec/x448dec, x448dec)
+	bfEnc := rate(func() { bf16.EncodeFloat32(halves, src) })
+	bfDec := rate(func() { bf16.DecodeFloat32(back, halves) })
+	bfPath := "portable"
+	if bf16.Accelerated() {
+		bfPath = "AVX2"
+	}
+	fmt.Printf("bf16 conversion, one core, the same 64 MiB (%s path)\n", bfPath)
+	fmt.Printf("  encode %.2f: %.2fx memcpy, %.2fx fp16's\n", bfEnc, bfEnc/memcpy, bfEnc/enc)
+	fmt.Printf("  decode %.2f: %.2fx memcpy, %.2fx fp16's\n", bfDec, bfDec/memcpy, bfDec/dec)
 	os.Stdout.Sync()
 }

@@ -84,13 +84,13 @@ import (
 )
 
 func supported(dt backend.DType) error {
-	if dt == backend.Float16 || !dt.Valid() {
+	if dt == backend.Float16 || dt == backend.BFloat16 || !dt.Valid() {
 		return fmt.Errorf("rawmpi: MPI has no built-in type for %v", dt)
 	}
 	return nil
 }
 
-// Allreduce is MPI_Allreduce(send, recv) on MPI_COMM_WORLD. MPI has no float16.
+// Allreduce is MPI_Allreduce(send, recv) on MPI_COMM_WORLD. MPI has no float16 or bfloat16.
 func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	if err := supported(dt); err != nil {
 		return err
