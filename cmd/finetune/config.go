@@ -91,6 +91,7 @@ func defaultTask() Config {
 	c.NumTrainEpochs = 1
 	c.SaveCheckpointsSteps = 100
 	c.LogStepCountSteps = 10
+	c.AMP = "true" // bfloat16 where the CPU has AVX512-BF16 or AMX, float32 (and why) elsewhere
 	c.MaxTrainExamples = 3200
 	c.MaxEvalExamples = 1000
 	c.MaxPredictExamples = 200
