@@ -99,25 +99,11 @@ func TestExportServingCarriesTheTrainingTokenisationAndLabels(t *testing.T) {
 		t.Errorf("exported contract: do_lower_case %v, label_names %v, kind %q, max_seq_length %d", c.DoLowerCase, c.LabelNames, c.Kind, c.MaxSeqLength)
 	}
 
-	cl, err := LoadClassifier(export, ClassifierOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	got, err := cl.Predict(texts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(cl.Labels(), labels) {
-		t.Errorf("classifier labels %v, want %v", cl.Labels(), labels)
+	got, servedLabels := servedAsTrained(t, export, texts, want)
+	if !slices.Equal(servedLabels, labels) {
+		t.Errorf("classifier labels %v, want %v", servedLabels, labels)
 	}
 	for i, p := range got {
-		for j, v := range p.Probabilities {
-			if math.Abs(float64(v-want.Row(i)[j])) > 1e-6 {
-				t.Errorf("text %q: classifier %v, the training model on training features %v", texts[i], p.Probabilities, want.Row(i))
-				break
-			}
-		}
 		if p.Label != labels[p.LabelID] {
 			t.Errorf("text %q: label %q for id %d", texts[i], p.Label, p.LabelID)
 		}
@@ -229,6 +215,14 @@ func TestExportServingCarriesHeadTailTruncation(t *testing.T) {
 	if c, err := ReadContract(export); err != nil || c.KeepTailTokens != tail {
 		t.Fatalf("exported contract: keep_tail_tokens %v, %v; want %d", c, err, tail)
 	}
+	servedAsTrained(t, export, texts, want)
+}
+
+// servedAsTrained runs the Classifier on export over texts and checks that its probabilities are
+// want's, the training model's on the training features (the same features through the same
+// weights: only the session differs). It returns the predictions and the classifier's labels.
+func servedAsTrained(t *testing.T, export string, texts []string, want *Predictions) ([]Prediction, []string) {
+	t.Helper()
 	cl, err := LoadClassifier(export, ClassifierOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -240,11 +234,11 @@ func TestExportServingCarriesHeadTailTruncation(t *testing.T) {
 	}
 	for i, p := range got {
 		for j, v := range p.Probabilities {
-			// The same features through the same weights: only the session differs.
 			if math.Abs(float64(v-want.Row(i)[j])) > 1e-6 {
-				t.Errorf("text %d: classifier %v, the training model on head+tail features %v", i, p.Probabilities, want.Row(i))
+				t.Errorf("text %q: classifier %v, the training model on training features %v", texts[i], p.Probabilities, want.Row(i))
 				break
 			}
 		}
 	}
+	return got, cl.Labels()
 }
