@@ -62,6 +62,9 @@ func LoadClassifier(dir string, opts ClassifierOptions) (*Classifier, error) {
 		return nil, fmt.Errorf("bertgraph: classifier %s: %w", dir, err)
 	}
 	conv, err := features.NewConverter(tok, c.MaxSeqLength, nil)
+	if err == nil {
+		conv, err = conv.WithTailTokens(c.KeepTailTokens) // as training truncated
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bertgraph: classifier %s: %w", dir, err)
 	}
@@ -92,7 +95,8 @@ func (c *Classifier) Close() error { return c.sm.Close() }
 func (c *Classifier) Labels() []string { return append([]string(nil), c.contract.LabelNames...) }
 
 // Predict classifies each text (run_classifier's single-sequence features: [CLS] text [SEP],
-// truncated to the model's max_seq_length).
+// truncated to the model's max_seq_length as training did: the head alone, or head+tail when
+// the export records keep_tail_tokens).
 func (c *Classifier) Predict(texts []string) ([]Prediction, error) {
 	out := make([]Prediction, 0, len(texts))
 	for start := 0; start < len(texts); start += c.maxBatch {

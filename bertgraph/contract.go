@@ -60,6 +60,9 @@ type Contract struct {
 	MaxSeqLength int             `json:"max_seq_length"`
 	DoLowerCase  bool            `json:"do_lower_case"`
 	VocabFile    string          `json:"vocab_file"`
+	// KeepTailTokens is the head+tail truncation training used (features.Converter's
+	// WithTailTokens; 0, or absent, is BERT's head alone): a serving export records it.
+	KeepTailTokens int `json:"keep_tail_tokens,omitempty"`
 	// Dropout says whether train_step applies dropout (the exporter can turn it off).
 	Dropout    bool                         `json:"dropout"`
 	Signatures map[string]ContractSignature `json:"signatures"`

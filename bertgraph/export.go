@@ -117,6 +117,9 @@ type ExportOptions struct {
 	DoLowerCase *bool
 	// LabelNames name the classes by label id; nil keeps the packaged names.
 	LabelNames []string
+	// KeepTailTokens is training's head+tail truncation (features.Converter.WithTailTokens);
+	// 0 keeps the packaged truncation, the head alone.
+	KeepTailTokens int
 }
 
 // check refuses options the serving model c cannot honour: a vocabulary that does not load,
@@ -137,6 +140,9 @@ func (o ExportOptions) check(c *Contract) error {
 			}
 		}
 	}
+	if o.KeepTailTokens < 0 || o.KeepTailTokens > c.MaxSeqLength-2 {
+		return fmt.Errorf("%d tail tokens for sequences of %d: want 0 to %d", o.KeepTailTokens, c.MaxSeqLength, c.MaxSeqLength-2)
+	}
 	if o.LabelNames != nil {
 		if len(o.LabelNames) != c.NumLabels {
 			return fmt.Errorf("%d label names (%s) for a model of %d labels", len(o.LabelNames), strings.Join(o.LabelNames, ","), c.NumLabels)
@@ -153,15 +159,15 @@ func (o ExportOptions) check(c *Contract) error {
 }
 
 // apply writes the options into the export staged in dir, whose contract is c: the vocabulary
-// over the packaged one, the casing and label names into the contract, its other fields as
-// they were.
+// over the packaged one, the casing, label names and truncation into the contract, its other
+// fields as they were.
 func (o ExportOptions) apply(dir string, c *Contract) error {
 	if o.VocabFile != "" {
 		if err := copyFile(o.VocabFile, filepath.Join(dir, c.VocabFile)); err != nil {
 			return err
 		}
 	}
-	if o.DoLowerCase == nil && o.LabelNames == nil {
+	if o.DoLowerCase == nil && o.LabelNames == nil && o.KeepTailTokens == 0 {
 		return nil
 	}
 	path := filepath.Join(dir, ContractFile)
@@ -178,6 +184,9 @@ func (o ExportOptions) apply(dir string, c *Contract) error {
 	}
 	if o.LabelNames != nil {
 		fields["label_names"], _ = json.Marshal(o.LabelNames)
+	}
+	if o.KeepTailTokens != 0 {
+		fields["keep_tail_tokens"], _ = json.Marshal(o.KeepTailTokens)
 	}
 	// As the exporter writes it (json.dumps(indent=1, sort_keys=True)).
 	if b, err = json.MarshalIndent(fields, "", " "); err != nil {

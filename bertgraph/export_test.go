@@ -42,11 +42,20 @@ func trainingVocab(t *testing.T, m *Model) string {
 // single-sequence features.
 func convert(t *testing.T, vocab string, lower bool, texts []string) *features.Batch {
 	t.Helper()
+	return convertKeepingTail(t, vocab, lower, 0, texts)
+}
+
+// convertKeepingTail is convert with head+tail truncation keeping tail tokens.
+func convertKeepingTail(t *testing.T, vocab string, lower bool, tail int, texts []string) *features.Batch {
+	t.Helper()
 	tok, err := tokenizer.Load(vocab, lower)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conv, err := features.NewConverter(tok, seqLength, nil)
+	if err == nil {
+		conv, err = conv.WithTailTokens(tail)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,25 +99,11 @@ func TestExportServingCarriesTheTrainingTokenisationAndLabels(t *testing.T) {
 		t.Errorf("exported contract: do_lower_case %v, label_names %v, kind %q, max_seq_length %d", c.DoLowerCase, c.LabelNames, c.Kind, c.MaxSeqLength)
 	}
 
-	cl, err := LoadClassifier(export, ClassifierOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	got, err := cl.Predict(texts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(cl.Labels(), labels) {
-		t.Errorf("classifier labels %v, want %v", cl.Labels(), labels)
+	got, servedLabels := servedAsTrained(t, export, texts, want)
+	if !slices.Equal(servedLabels, labels) {
+		t.Errorf("classifier labels %v, want %v", servedLabels, labels)
 	}
 	for i, p := range got {
-		for j, v := range p.Probabilities {
-			if math.Abs(float64(v-want.Row(i)[j])) > 1e-6 {
-				t.Errorf("text %q: classifier %v, the training model on training features %v", texts[i], p.Probabilities, want.Row(i))
-				break
-			}
-		}
 		if p.Label != labels[p.LabelID] {
 			t.Errorf("text %q: label %q for id %d", texts[i], p.Label, p.LabelID)
 		}
@@ -177,11 +172,12 @@ func TestExportServingRefusesOptionsThatDoNotFit(t *testing.T) {
 		opts ExportOptions
 		want string
 	}{
-		"missing vocabulary":   {ExportOptions{VocabFile: filepath.Join(dir, "nope.txt")}, "nope.txt"},
-		"no [CLS]":             {ExportOptions{VocabFile: noCLS}, "has no [CLS] token"},
-		"beyond the embedding": {ExportOptions{VocabFile: big}, "204 tokens but the model embeds only vocab_size 128"},
-		"three labels":         {ExportOptions{LabelNames: []string{"a", "b", "c"}}, "3 label names (a,b,c) for a model of 2 labels"},
-		"repeated label":       {ExportOptions{LabelNames: []string{"a", "a"}}, "non-empty and distinct"},
+		"missing vocabulary":       {ExportOptions{VocabFile: filepath.Join(dir, "nope.txt")}, "nope.txt"},
+		"no [CLS]":                 {ExportOptions{VocabFile: noCLS}, "has no [CLS] token"},
+		"beyond the embedding":     {ExportOptions{VocabFile: big}, "204 tokens but the model embeds only vocab_size 128"},
+		"three labels":             {ExportOptions{LabelNames: []string{"a", "b", "c"}}, "3 label names (a,b,c) for a model of 2 labels"},
+		"repeated label":           {ExportOptions{LabelNames: []string{"a", "a"}}, "non-empty and distinct"},
+		"tail beyond the sequence": {ExportOptions{KeepTailTokens: seqLength - 1}, fmt.Sprintf("%d tail tokens for sequences of %d: want 0 to %d", seqLength-1, seqLength, seqLength-2)},
 	} {
 		export := filepath.Join(dir, "serving-"+strings.ReplaceAll(name, " ", "-"))
 		err := m.ExportServing(export, c.opts)
@@ -192,4 +188,57 @@ func TestExportServingRefusesOptionsThatDoNotFit(t *testing.T) {
 			t.Errorf("%s: %s was written", name, export)
 		}
 	}
+}
+
+// An export of a run trained with head+tail truncation (--keep_tail_tokens) records it, and the
+// Classifier on it truncates long texts as training did, not to their head.
+func TestExportServingCarriesHeadTailTruncation(t *testing.T) {
+	m := trained(t)
+	const tail = 9
+	var words []string
+	for i := range 3 * seqLength {
+		words = append(words, fmt.Sprintf("w%d", (7*i)%100))
+	}
+	texts := []string{strings.Join(words, " "), strings.Join(words[seqLength:], " "), "w1 w2 w3"}
+	headTail := convertKeepingTail(t, m.VocabPath(), true, tail, texts)
+	if slices.Equal(headTail.InputIDs, convert(t, m.VocabPath(), true, texts).InputIDs) {
+		t.Fatal("head+tail features equal the head's: the test proves nothing")
+	}
+	want, err := m.Predict(headTail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := filepath.Join(t.TempDir(), "serving")
+	if err := m.ExportServing(export, ExportOptions{KeepTailTokens: tail}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ReadContract(export); err != nil || c.KeepTailTokens != tail {
+		t.Fatalf("exported contract: keep_tail_tokens %v, %v; want %d", c, err, tail)
+	}
+	servedAsTrained(t, export, texts, want)
+}
+
+// servedAsTrained runs the Classifier on export over texts and checks that its probabilities are
+// want's, the training model's on the training features (the same features through the same
+// weights: only the session differs). It returns the predictions and the classifier's labels.
+func servedAsTrained(t *testing.T, export string, texts []string, want *Predictions) ([]Prediction, []string) {
+	t.Helper()
+	cl, err := LoadClassifier(export, ClassifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got, err := cl.Predict(texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range got {
+		for j, v := range p.Probabilities {
+			if math.Abs(float64(v-want.Row(i)[j])) > 1e-6 {
+				t.Errorf("text %q: classifier %v, the training model on training features %v", texts[i], p.Probabilities, want.Row(i))
+				break
+			}
+		}
+	}
+	return got, cl.Labels()
 }

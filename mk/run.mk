@@ -7,6 +7,9 @@
 #   make bench-finetune  examples/s of 1 rank x 1 thread vs 2 ranks x 1 thread (scaling efficiency)
 #                        and vs TensorFlow's MultiWorkerMirroredStrategy with 2 workers, same model,
 #                        batch and records
+#   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
+#                        a CPU without AVX512-BF16 or AMX): both dev accuracies and their difference,
+#                        which must stay within 0.01; two full trainings, so not part of `make bench`
 #
 # The end-to-end tests (equivalence, kill/resume, SIGINT, bad setups) are Go tests of
 # ./cmd/finetune and run in `make test`'s go-test.
@@ -22,7 +25,7 @@ FINETUNE_MPIRUN := $(MPIRUN)
 # checkpoints, while a failed job ends within about 2 s (docs/faults.md).
 FINETUNE_LAUNCH := $(GOROVODRUN_BIN) --oversubscribe
 
-.PHONY: run finetune-bin bench-finetune
+.PHONY: run finetune-bin bench-finetune bench-amp-accuracy
 finetune-bin: setup
 	$(GO) build -o $(FINETUNE_BIN) ./cmd/finetune
 
@@ -36,3 +39,7 @@ BENCH_TARGETS += bench-finetune
 bench-finetune: setup data finetune-bin
 	cd $(ROOT) && $(PY) scripts/bench_finetune.py --finetune $(FINETUNE_BIN) --mpirun "$(FINETUNE_MPIRUN)" \
 	  --saved_model $(CACHE)/model/imdb_minilm --data_dir $(CACHE)/data/imdb --work $(CACHE)/bench-finetune
+
+bench-amp-accuracy: setup data
+	cd $(ROOT) && GOROVOD_AMP_ACCURACY=1 TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -count=1 -timeout 120m \
+	  -run '^TestDefaultTaskAccuracyWithAndWithoutAMP$$' -v ./cmd/finetune

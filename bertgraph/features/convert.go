@@ -13,6 +13,7 @@ type Converter struct {
 	maxSeqLength int
 	labels       *Labels
 	cls, sep     int32
+	tailTokens   int // WithTailTokens
 }
 
 // NewConverter returns a converter to sequences of maxSeqLength tokens, at least 3 ([CLS] and
@@ -31,6 +32,23 @@ func NewConverter(tok *tokenizer.Tokenizer, maxSeqLength int, labels *Labels) (*
 	}
 	return c, nil
 }
+
+// WithTailTokens returns a copy of c that truncates a single text longer than the sequence by
+// keeping its first MaxSeqLength-2-n tokens and its last n ("head+tail" truncation, Sun et al.
+// 2019, How to Fine-Tune BERT for Text Classification: the end of a long review says most about
+// its label). n 0 is BERT's truncation, the head alone; n MaxSeqLength-2 keeps the tail alone.
+// Pairs are truncated longest-first, as run_classifier, whatever n.
+func (c *Converter) WithTailTokens(n int) (*Converter, error) {
+	if n < 0 || n > c.maxSeqLength-2 {
+		return nil, fmt.Errorf("features: %d tail tokens: want 0 to max_seq_length-2 = %d", n, c.maxSeqLength-2)
+	}
+	cp := *c
+	cp.tailTokens = n
+	return &cp, nil
+}
+
+// TailTokens is the n of WithTailTokens (0: the head alone).
+func (c *Converter) TailTokens() int { return c.tailTokens }
 
 // MaxSeqLength is the length of every converted sequence.
 func (c *Converter) MaxSeqLength() int { return c.maxSeqLength }
@@ -85,8 +103,11 @@ func (c *Converter) convertInto(ex InputExample, ids, mask, segs []int32, scratc
 			}
 		}
 		a, b = a[:nA], b[:nB]
-	} else if nA > c.maxSeqLength-2 {
-		a = a[:c.maxSeqLength-2]
+	} else if keep := c.maxSeqLength - 2; nA > keep {
+		head := keep - c.tailTokens
+		// The tail moves down next to the head, within toks (scratch), which a does not outlive.
+		copy(a[head:], a[nA-c.tailTokens:])
+		a = a[:keep]
 	}
 	p := 0
 	ids[p] = c.cls

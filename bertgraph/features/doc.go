@@ -5,8 +5,8 @@
 //
 //	Reader (seed `label<TAB>text` or GLUE TSV; line i kept by rank i % size; bad lines error or skip)
 //	  -> InputExample{GUID, TextA, TextB, Label}
-//	  -> Converter ([CLS] a [SEP] (b [SEP]), longest-first truncation, mask, segment ids, zero padding,
-//	     label map)
+//	  -> Converter ([CLS] a [SEP] (b [SEP]), longest-first truncation (a single text: its head, or
+//	     head+tail with WithTailTokens), mask, segment ids, zero padding, label map)
 //	  -> Batch (flattened [batch*seq] int32 slices; fake examples with IsRealExample 0 fill the last
 //	     eval/predict batch so no example is dropped and none is counted twice)
 //

@@ -515,3 +515,58 @@ func TestStreamReadsAheadBoundedly(t *testing.T) {
 		t.Fatalf("the stream read %d examples ahead of a consumer that took 50: more than %d", n, limit)
 	}
 }
+
+func TestConvertHeadTail(t *testing.T) {
+	c := newConv(t, 8)                                               // 6 tokens for the text
+	long := InputExample{TextA: "a b c d e f g h a b", Label: "neg"} // ids 5..12 5 6
+	cases := []struct {
+		tail int
+		want []int32
+	}{
+		{0, []int32{2, 5, 6, 7, 8, 9, 10, 3}},   // BERT: the head alone
+		{2, []int32{2, 5, 6, 7, 8, 5, 6, 3}},    // first 4, last 2
+		{5, []int32{2, 5, 10, 11, 12, 5, 6, 3}}, // first 1, last 5
+		{6, []int32{2, 9, 10, 11, 12, 5, 6, 3}}, // the tail alone
+	}
+	for _, tc := range cases {
+		ht, err := c.WithTailTokens(tc.tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ht.TailTokens() != tc.tail || c.TailTokens() != 0 {
+			t.Fatalf("TailTokens %d (original %d), want %d (0)", ht.TailTokens(), c.TailTokens(), tc.tail)
+		}
+		f, err := ht.Convert(long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(f.InputIDs, tc.want) {
+			t.Errorf("tail %d: ids %v, want %v", tc.tail, f.InputIDs, tc.want)
+		}
+		// A text that fits is whole, whatever the tail.
+		f, _ = ht.Convert(InputExample{TextA: "a b c d e f", Label: "pos"})
+		if want := []int32{2, 5, 6, 7, 8, 9, 10, 3}; !slices.Equal(f.InputIDs, want) {
+			t.Errorf("tail %d, a text that fits: ids %v, want %v", tc.tail, f.InputIDs, want)
+		}
+		// Pairs stay longest-first, as run_classifier.
+		f, _ = ht.Convert(InputExample{TextA: "a b c d e f", TextB: "g h", Label: "pos"})
+		if want := []int32{2, 5, 6, 7, 3, 11, 12, 3}; !slices.Equal(f.InputIDs, want) {
+			t.Errorf("tail %d, a pair: ids %v, want %v", tc.tail, f.InputIDs, want)
+		}
+	}
+	// Batches convert through a reused scratch buffer: a truncated text must not leak into the next.
+	ht, _ := c.WithTailTokens(2)
+	b, err := ht.ConvertBatch([]InputExample{long, {TextA: "c d", Label: "pos"}, long}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{2, 5, 6, 7, 8, 5, 6, 3, 2, 7, 8, 3, 0, 0, 0, 0, 2, 5, 6, 7, 8, 5, 6, 3}
+	if !slices.Equal(b.InputIDs, want) {
+		t.Errorf("batch ids %v, want %v", b.InputIDs, want)
+	}
+	for _, n := range []int{-1, 7} {
+		if _, err := c.WithTailTokens(n); err == nil || !strings.Contains(err.Error(), "max_seq_length-2 = 6") {
+			t.Errorf("WithTailTokens(%d): %v, want an error naming the range", n, err)
+		}
+	}
+}

@@ -28,6 +28,7 @@ type Config struct {
 	DoLowerCase                bool
 	PreserveUnusedTokens       bool // tokenization.py's flag; must be false
 	MaxSeqLength               int
+	KeepTailTokens             int // gorovod: head+tail truncation (features.Converter.WithTailTokens)
 	TrainBatchSize             int
 	EvalBatchSize              int
 	PredictBatchSize           int
@@ -76,8 +77,9 @@ type Config struct {
 // defaultTask is what runs without flags (`go run ./cmd/finetune`, `make run`): MiniLM converted
 // by `make model`, fine-tuned on the IMDB subset of `make data`, evaluated and used to predict.
 // Paths are relative to the repository root. The subset sizes keep `make run` (two ranks on a
-// two-core machine) well within ten minutes at a dev accuracy above 0.8; README's "What `make
-// run` gives you" has the measured time and accuracy.
+// two-core machine) within ten minutes; head+tail truncation and the training set size were
+// chosen on dev lines that make run does not report (docs/usage.md, "What `make run` gives
+// you", has the measured time and accuracy).
 func defaultTask() Config {
 	c := runClassifierDefaults()
 	c.DoTrain, c.DoEval, c.DoPredict = true, true, true
@@ -92,7 +94,9 @@ func defaultTask() Config {
 	c.NumTrainEpochs = 1
 	c.SaveCheckpointsSteps = 100
 	c.LogStepCountSteps = 10
-	c.MaxTrainExamples = 3200
+	c.AMP = "true" // bfloat16 where the CPU has AVX512-BF16 or AMX, float32 (and why) elsewhere
+	c.MaxTrainExamples = 4000
+	c.KeepTailTokens = 96 // head 30 + tail 96: about Sun et al.'s 128 + 382 of 510, scaled to 126
 	c.MaxEvalExamples = 1000
 	c.MaxPredictExamples = 200
 	return c
@@ -242,6 +246,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.Var(&exportDefault[bool]{dst: &c.DoLowerCase}, "do_lower_case", "Whether to lower case the input text (true for uncased models); must match --saved_model (default: the export's, else true).")
 	fs.BoolVar(&c.PreserveUnusedTokens, "preserve_unused_tokens", c.PreserveUnusedTokens, "Accepted for run_classifier compatibility (bert-tensorflow's tokenization.py); must be false: [unused*] tokens are word-pieced like any text.")
 	fs.Var(&exportDefault[int]{dst: &c.MaxSeqLength}, "max_seq_length", "The maximum total input sequence `length` after WordPiece tokenization; must match --saved_model (default: the export's, else 128).")
+	fs.IntVar(&c.KeepTailTokens, "keep_tail_tokens", c.KeepTailTokens, "Of a text longer than max_seq_length-2 tokens, keep the last N tokens with the first max_seq_length-2-N (head+tail truncation, Sun et al. 2019: a long review ends with its verdict); 0 keeps the head alone, as BERT. Pairs are truncated longest-first, as run_classifier.")
 	fs.IntVar(&c.TrainBatchSize, "train_batch_size", c.TrainBatchSize, "Batch size for training, per rank.")
 	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
 	fs.IntVar(&c.PredictBatchSize, "predict_batch_size", c.PredictBatchSize, "Batch size for predict.")
@@ -423,6 +428,8 @@ func (c *Config) check() error {
 	}
 	if c.MaxSeqLength < 3 {
 		bad("--max_seq_length %d: needs room for [CLS], [SEP] and one token", c.MaxSeqLength)
+	} else if c.KeepTailTokens < 0 || c.KeepTailTokens > c.MaxSeqLength-2 {
+		bad("--keep_tail_tokens %d: want 0 to max_seq_length-2 = %d", c.KeepTailTokens, c.MaxSeqLength-2)
 	}
 	positive := func(name string, v int) {
 		if v <= 0 {

@@ -29,6 +29,22 @@ func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
 	if err := c.check(); err != nil {
 		t.Fatalf("the default task fails its own checks: %v", err)
 	}
+	// --amp by the hardware (bfloat16 on a CPU with AVX512-BF16 or AMX, float32 elsewhere), never forced.
+	if c.AMP != "true" {
+		t.Errorf("default task --amp %q, want true", c.AMP)
+	}
+	for _, tc := range []struct {
+		cpu  bertgraph.CPUBF16
+		want bertgraph.Precision
+	}{
+		{bertgraph.CPUBF16{Read: true}, bertgraph.Float32},
+		{bertgraph.CPUBF16{Read: true, AMXBF16: true}, bertgraph.BFloat16},
+		{bertgraph.CPUBF16{Read: true, AVX512BF16: true}, bertgraph.BFloat16},
+	} {
+		if p, _, err := bertgraph.AMPPrecision(c.AMP, false, tc.cpu); p != tc.want || err != nil {
+			t.Errorf("default task on a CPU with %+v: precision %v, %v; want %v", tc.cpu, p, err, tc.want)
+		}
+	}
 }
 
 func TestFlagsKeepRunClassifierNamesAndDefaults(t *testing.T) {
@@ -63,6 +79,8 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_eval", "--eval_batch_size=0"}, "--eval_batch_size 0"},
 		{[]string{"--do_predict", "--max_seq_length=2"}, "--max_seq_length 2"},
 		{[]string{"--do_train", "--keep_checkpoint_max=-1"}, "--keep_checkpoint_max -1"},
+		{[]string{"--do_train", "--keep_tail_tokens=-1"}, "--keep_tail_tokens -1: want 0 to max_seq_length-2 = 126"},
+		{[]string{"--do_train", "--max_seq_length=64", "--keep_tail_tokens=63"}, "--keep_tail_tokens 63: want 0 to max_seq_length-2 = 62"},
 		{[]string{"--do_train", "--labels=a,,b"}, "empty label name"},
 		{[]string{"--do_train", "--allreduce_backend=gloo"}, `--allreduce_backend "gloo"`},
 		{[]string{"--do_train", "--do_lower_case=false", "--init_checkpoint=/m/uncased_L-12_H-768_A-12/bert_model.ckpt"},

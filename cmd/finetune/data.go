@@ -50,6 +50,7 @@ type trainCacheKey struct {
 	VocabSHA256  string   `json:"vocab_sha256"`
 	DoLowerCase  bool     `json:"do_lower_case"`
 	MaxSeqLength int      `json:"max_seq_length"`
+	TailTokens   int      `json:"keep_tail_tokens"`
 	Labels       []string `json:"labels"`
 	Rank         int      `json:"rank"`
 	Size         int      `json:"size"`
@@ -64,7 +65,7 @@ type trainCache struct {
 	Skipped  int           `json:"skipped"`  // bad lines this rank skipped
 }
 
-const trainCacheVersion = 2 // 2: the task, which decides the columns read
+const trainCacheVersion = 3 // 2: the task, which decides the columns read; 3: keep_tail_tokens
 
 func fileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
@@ -97,7 +98,7 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	}
 	abs, _ := filepath.Abs(in.train)
 	key := trainCacheKey{Version: trainCacheVersion, Task: c.task().name, TrainFile: abs, TrainSHA256: trainSum, VocabSHA256: vocabSum,
-		DoLowerCase: c.DoLowerCase, MaxSeqLength: c.MaxSeqLength, Labels: conv.Labels().Names(),
+		DoLowerCase: c.DoLowerCase, MaxSeqLength: c.MaxSeqLength, TailTokens: conv.TailTokens(), Labels: conv.Labels().Names(),
 		Rank: rank, Size: size, MaxExamples: c.MaxTrainExamples, SkipBadLines: c.SkipBadLines}
 
 	if b, err := os.ReadFile(keyPath); err == nil {

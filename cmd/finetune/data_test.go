@@ -71,6 +71,9 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 	c.MaxSeqLength = 16
 	conv, _ = binaryConverter(t, t.TempDir(), 50, 16) // the same vocabulary, 16 tokens
 	check(false, 3)
+	conv, _ = conv.WithTailTokens(4) // --keep_tail_tokens: other features for long lines
+	check(false, 3)
+	check(true, 3)
 	// A conversion killed before its key was written is not reused.
 	os.Remove(path + ".key.json")
 	check(false, 3)

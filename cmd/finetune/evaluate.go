@@ -131,8 +131,8 @@ func (j *job) eachBatch(stream *features.Stream, phase string, f func(*features.
 }
 
 // export writes the serving SavedModel of the final weights to <export_dir>/<global step>, the
-// versioned layout TensorFlow Serving loads, with the vocabulary, casing and label names this
-// run trained with: a classifier on the export tokenises and names labels as training did.
+// versioned layout TensorFlow Serving loads, with the vocabulary, casing, truncation and label
+// names this run trained with: a classifier on the export tokenises and names labels as training did.
 func (j *job) export(step int64) error {
 	c := &j.cfg
 	base := c.ExportDir
@@ -140,7 +140,7 @@ func (j *job) export(step int64) error {
 		base = filepath.Join(c.OutputDir, "export")
 	}
 	dir := filepath.Join(base, strconv.FormatInt(step, 10))
-	opts := bertgraph.ExportOptions{VocabFile: j.in.vocabPath, DoLowerCase: &c.DoLowerCase, LabelNames: c.Labels}
+	opts := bertgraph.ExportOptions{VocabFile: j.in.vocabPath, DoLowerCase: &c.DoLowerCase, LabelNames: c.Labels, KeepTailTokens: c.KeepTailTokens}
 	if err := j.model.ExportServing(dir, opts); err != nil {
 		return err
 	}

@@ -251,6 +251,9 @@ func (j *job) prepare() error {
 	if j.conv, err = features.NewConverter(tok, c.MaxSeqLength, labels); err != nil {
 		return err
 	}
+	if j.conv, err = j.conv.WithTailTokens(c.KeepTailTokens); err != nil {
+		return err
+	}
 	if j.rank == 0 {
 		if j.ckpts, err = checkpoint.Open(in.rankDir, c.KeepCheckpointMax, c.KeepCheckpointEveryNHours); err != nil {
 			return err
