@@ -9,42 +9,15 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/gorovod/gorovod/horovod/internal/bulk/bulktest"
 	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // paths runs f once per implementation the machine has: the portable loop, and AVX2 when present.
-func paths(t *testing.T, f func(t *testing.T)) {
-	saved := hasAVX2
-	t.Cleanup(func() { hasAVX2 = saved })
-	hasAVX2 = false
-	t.Run("portable", f)
-	if saved {
-		hasAVX2 = true
-		t.Run("avx2", f)
-	} else {
-		t.Log("no AVX2 on this CPU: only the portable path ran")
-	}
-}
+func paths(t *testing.T, f func(t *testing.T)) { bulktest.Paths(t, &hasAVX2, "avx2", f) }
 
 // exact is the value of a bfloat16 computed from its definition, independently of ToFloat32.
-func exact(b uint16) float64 {
-	sign := 1.0
-	if b&0x8000 != 0 {
-		sign = -1
-	}
-	exp := int(b>>7) & 0xff
-	man := float64(b & 0x7f)
-	switch exp {
-	case 0xff:
-		if man != 0 {
-			return math.NaN()
-		}
-		return math.Inf(int(sign))
-	case 0:
-		return sign * math.Ldexp(man, -133)
-	}
-	return sign * math.Ldexp(128+man, exp-134)
-}
+func exact(b uint16) float64 { return bulktest.Exact(b, 8, 7) }
 
 func TestEveryBFloat16DecodesExactly(t *testing.T) { paths(t, testEveryBFloat16DecodesExactly) }
 

@@ -5,42 +5,16 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gorovod/gorovod/horovod/internal/bulk/bulktest"
+
 	"github.com/x448/float16"
 )
 
 // paths runs f once per implementation the machine has: the portable loop, and F16C when present.
-func paths(t *testing.T, f func(t *testing.T)) {
-	saved := hasF16C
-	t.Cleanup(func() { hasF16C = saved })
-	hasF16C = false
-	t.Run("portable", f)
-	if saved {
-		hasF16C = true
-		t.Run("f16c", f)
-	} else {
-		t.Log("no F16C on this CPU: only the portable path ran")
-	}
-}
+func paths(t *testing.T, f func(t *testing.T)) { bulktest.Paths(t, &hasF16C, "f16c", f) }
 
 // exactHalf is the value of a half computed from its definition, independently of ToFloat32.
-func exactHalf(h uint16) float64 {
-	sign := 1.0
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp := int(h>>10) & 0x1f
-	man := float64(h & 0x3ff)
-	switch exp {
-	case 0x1f:
-		if man != 0 {
-			return math.NaN()
-		}
-		return math.Inf(int(sign))
-	case 0:
-		return sign * math.Ldexp(man, -24)
-	}
-	return sign * math.Ldexp(1024+man, exp-25)
-}
+func exactHalf(b uint16) float64 { return bulktest.Exact(b, 5, 10) }
 
 func TestEveryHalfDecodesExactly(t *testing.T) {
 	paths(t, func(t *testing.T) {
