@@ -9,11 +9,14 @@
 //	import _ "github.com/gorovod/gorovod/horovod/mpi"
 //
 // (package horovod links no MPI of its own); started by hand it is a job of size 1 that needs
-// no MPI. Every collective names its tensor; a background loop (one per process, as Horovod's
-// background thread) negotiates with the other ranks which named operations every rank has
-// submitted, checks that they agree on dtype, shape, op and root, fuses ready allreduces into
-// buffers of up to HOROVOD_FUSION_THRESHOLD bytes and runs them on the backend. Agreement is cached, so a steady training loop exchanges a few bits per tensor per
-// step. A disagreement fails the operation with the same error on every rank, naming the tensor
+// no MPI. Every collective names its tensor; negotiation rounds agree with the other ranks on
+// which named operations every rank has submitted, check that they agree on dtype, shape, op and
+// root, fuse ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes and run them on
+// the backend. A background loop (one per process, as Horovod's background thread) runs the
+// rounds, except that the caller of a blocking operation that finds no round in progress runs
+// the round announcing it itself: ranks calling in step then complete without a hand-over
+// between goroutines (see LoopStats). Agreement is cached, so a steady training loop exchanges a
+// few bits per tensor per step. A disagreement fails the operation with the same error on every rank, naming the tensor
 // and the ranks; nothing hangs on it.
 //
 //	hvd, err := horovod.Init()
@@ -177,6 +180,27 @@ func (h *Horovod) CrossSize() int { return h.topo.CrossSize }
 
 // Backend names the engine that moves tensors ("mpi", "local", "nccl").
 func (h *Horovod) Backend() string { return h.ctl.data.Name() }
+
+// LoopStats counts how this rank's negotiation rounds were run (see Horovod.LoopStats).
+type LoopStats struct {
+	// Rounds is how many negotiation rounds this rank has taken part in.
+	Rounds uint64
+	// CallerRounds is how many of them the caller of a blocking operation (Allreduce, Allgather,
+	// Broadcast, GroupedAllreduce, BroadcastVariables, Barrier, Reducer.Reduce) ran itself, on
+	// its own goroutine, having found no round in progress.
+	CallerRounds uint64
+	// HandOvers is how many blocking operations the background loop completed instead: another
+	// rank had not submitted its part by the caller's round, or a round was in progress.
+	HandOvers uint64
+}
+
+// LoopStats reports how this rank's negotiation rounds were run so far. In a loop whose ranks
+// call the same blocking operations in step, most complete in the round their caller runs, with
+// no hand-over between goroutines.
+func (h *Horovod) LoopStats() LoopStats {
+	c := h.ctl
+	return LoopStats{Rounds: c.rounds.Load(), CallerRounds: c.callerRounds.Load(), HandOvers: c.handOvers.Load()}
+}
 
 // Shutdown stops the background loop on every rank (operations still waiting fail with
 // ErrShutdown), writes the timeline and closes the backends. Later calls return the first result.

@@ -94,11 +94,11 @@ func (h *Horovod) AllreduceAsync(name string, t Tensor, o AllreduceOptions) (*Ha
 
 // Allreduce reduces t across ranks and returns the result in a new tensor, or in o.Output.
 func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, error) {
-	hd, err := h.AllreduceAsync(name, t, o)
+	req, err := h.allreduceRequest(name, "", 0, t, o)
 	if err != nil {
 		return Tensor{}, err
 	}
-	return hd.Wait()
+	return h.ctl.awaitOne(req)
 }
 
 // GroupedAllreduce reduces the tensors as one unit: they are negotiated together and execute in
@@ -114,7 +114,7 @@ func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tens
 		}
 		reqs[i] = req
 	}
-	if err := h.ctl.submit(reqs...); err != nil {
+	if err := h.ctl.await(reqs...); err != nil {
 		return nil, err
 	}
 	return waitAll(reqs)
@@ -133,13 +133,20 @@ func waitAll(reqs []*request) ([]Tensor, error) {
 	return out, first
 }
 
-// AllgatherAsync submits an allgather of t along its first dimension, which may differ between
-// ranks; the other dimensions and the dtype must agree.
-func (h *Horovod) AllgatherAsync(name string, t Tensor) (*Handle, error) {
+func allgatherRequest(name string, t Tensor) (*request, error) {
 	if err := checkOperand("allgather", name, t); err != nil {
 		return nil, err
 	}
-	req := &request{spec: spec{name: name, kind: kindAllgather, dtype: t.DType, shape: slices.Clone(t.Shape)}, input: t.Data}
+	return &request{spec: spec{name: name, kind: kindAllgather, dtype: t.DType, shape: slices.Clone(t.Shape)}, input: t.Data}, nil
+}
+
+// AllgatherAsync submits an allgather of t along its first dimension, which may differ between
+// ranks; the other dimensions and the dtype must agree.
+func (h *Horovod) AllgatherAsync(name string, t Tensor) (*Handle, error) {
+	req, err := allgatherRequest(name, t)
+	if err != nil {
+		return nil, err
+	}
 	if err := h.ctl.submit(req); err != nil {
 		return nil, err
 	}
@@ -148,11 +155,11 @@ func (h *Horovod) AllgatherAsync(name string, t Tensor) (*Handle, error) {
 
 // Allgather concatenates every rank's t along the first dimension, in rank order.
 func (h *Horovod) Allgather(name string, t Tensor) (Tensor, error) {
-	hd, err := h.AllgatherAsync(name, t)
+	req, err := allgatherRequest(name, t)
 	if err != nil {
 		return Tensor{}, err
 	}
-	return hd.Wait()
+	return h.ctl.awaitOne(req)
 }
 
 func (h *Horovod) broadcastRequest(name string, t Tensor, root int, inPlace bool) (*request, error) {
@@ -184,11 +191,11 @@ func (h *Horovod) BroadcastAsync(name string, t Tensor, root int) (*Handle, erro
 
 // Broadcast returns root's t on every rank, in a new tensor.
 func (h *Horovod) Broadcast(name string, t Tensor, root int) (Tensor, error) {
-	hd, err := h.BroadcastAsync(name, t, root)
+	req, err := h.broadcastRequest(name, t, root, false)
 	if err != nil {
 		return Tensor{}, err
 	}
-	return hd.Wait()
+	return h.ctl.awaitOne(req)
 }
 
 // BroadcastVariables overwrites every rank's variables with root's, in place: the initial
@@ -203,7 +210,7 @@ func (h *Horovod) BroadcastVariables(vars []NamedTensor, root int) error {
 		}
 		reqs[i] = req
 	}
-	if err := h.ctl.submit(reqs...); err != nil {
+	if err := h.ctl.await(reqs...); err != nil {
 		return err
 	}
 	_, err := waitAll(reqs)
@@ -213,12 +220,8 @@ func (h *Horovod) BroadcastVariables(vars []NamedTensor, root int) error {
 // Barrier returns once every rank has called it. Calls from concurrent goroutines of one rank
 // are an error (a duplicate name), as in Horovod.
 func (h *Horovod) Barrier() error {
-	req := &request{spec: spec{name: "horovod.barrier", kind: kindBarrier}}
-	if err := h.ctl.submit(req); err != nil {
-		return err
-	}
-	<-req.done
-	return req.err
+	_, err := h.ctl.awaitOne(&request{spec: spec{name: "horovod.barrier", kind: kindBarrier}})
+	return err
 }
 
 // Join tells the other ranks that this one has run out of data: until every rank has joined, it

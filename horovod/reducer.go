@@ -273,7 +273,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 		req.output = output
 		reqs[i] = req
 	}
-	if err := r.h.ctl.submit(reqs...); err != nil {
+	if err := r.h.ctl.await(reqs...); err != nil {
 		return nil, err
 	}
 	results, err := waitAll(reqs)

@@ -4,10 +4,12 @@
 // wire. Implementations: horovod/mpi (OpenMPI), horovod/local (one process), and an adapter over
 // package nccl for GPUs.
 //
-// A Backend is driven by exactly one goroutine at a time: package horovod calls it from its
-// background loop only, and every rank calls the same collectives in the same order with matching
-// arguments (negotiation guarantees that before any data collective is issued). Implementations
-// therefore need no locking of their own and may assume matching calls on every rank.
+// A Backend is driven by exactly one goroutine at a time: package horovod calls it only from the
+// goroutine running a negotiation round (its background loop, or the caller of a blocking
+// operation running the round itself), never from two at once, and every rank calls the same
+// collectives in the same order with matching arguments (negotiation guarantees that before any
+// data collective is issued). Implementations therefore need no locking of their own and may
+// assume matching calls on every rank.
 //
 // All buffers are host memory. A GPU backend stages them to and from the device itself.
 package backend
@@ -163,12 +165,15 @@ type Opener func(control Backend) (Backend, error)
 
 // ThreadBound is implemented by a Backend whose calls are otherwise handed over to a thread of
 // its own, as MPI's are to the thread that initialized it. horovod runs its background loop
-// through Serve, so the loop's calls are made directly instead of being handed over one by one.
-// (It has nothing to do with pinned, page-locked memory: see HostAllocator.)
+// through Serve, so that the calls of its negotiation rounds are made directly instead of being
+// handed over one by one. (It has nothing to do with pinned, page-locked memory: see
+// HostAllocator.)
 type ThreadBound interface {
 	Backend
-	// Serve runs loop and returns when loop returns; the backend's methods called from loop run
-	// in place. While loop runs, the backend must be called only from loop (Abort excepted).
+	// Serve runs loop and returns when loop returns; meanwhile the backend's methods run in
+	// place, on the caller's thread. While loop runs, the backend is called only by the
+	// goroutine running a negotiation round (loop's, or a blocking operation's caller), one at a
+	// time (Abort excepted).
 	Serve(loop func())
 }
 

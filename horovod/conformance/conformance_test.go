@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -466,5 +467,36 @@ func TestEmptyTensors(t *testing.T) {
 	}
 	if _, err := hvd.Broadcast("empty/bcast", empty, 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Blocking allreduces made in step by every rank complete, most of them, in the negotiation round
+// their caller runs, with no hand-over to the background loop (the fast path of a training loop;
+// LoopStats counts it). Half is far below what a quiet machine shows and leaves room for the
+// rounds a late rank's timer starts.
+func TestBlockingCallsRunTheirOwnRound(t *testing.T) {
+	const calls = 300
+	if err := hvd.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	before := hvd.LoopStats()
+	out := make([]byte, 4*1024)
+	x := horovod.Tensor{DType: backend.Float32, Shape: []int{1024}, Data: encode(backend.Float32, make([]float64, 1024))}
+	for i := range calls {
+		binary.LittleEndian.PutUint32(x.Data, math.Float32bits(float32(i+hvd.Rank())))
+		got, err := hvd.Allreduce("in-step", x, horovod.AllreduceOptions{Op: horovod.Sum, Output: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := hvd.Size()
+		if v, want := decode(got)[0], float64(n*i+n*(n-1)/2); v != want {
+			t.Fatalf("call %d: got %v, want %v", i, v, want)
+		}
+	}
+	after := hvd.LoopStats()
+	ran, handed := after.CallerRounds-before.CallerRounds, after.HandOvers-before.HandOvers
+	t.Logf("rank %d: %d of %d blocking allreduces ran their own round, %d handed over", hvd.Rank(), ran, calls, handed)
+	if hvd.Size() > 1 && ran < calls/2 {
+		t.Errorf("rank %d: %d of %d blocking allreduces in step ran their own round (%d handed over): want at least half", hvd.Rank(), ran, calls, handed)
 	}
 }

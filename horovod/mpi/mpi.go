@@ -1,7 +1,8 @@
 // Package mpi is horovod's backend over OpenMPI. MPI is initialized and finalized on one
 // dedicated, locked OS thread, which makes every MPI call of the process but those of horovod's
-// background loop; the loop, one goroutine, makes its own calls wherever Go runs it (see Serve).
-// No two calls ever overlap, so MPI_THREAD_SERIALIZED is all it asks of the library. float16
+// negotiation rounds; a round (run by horovod's background loop, or by the caller of a blocking
+// operation) makes its own calls wherever Go runs it (see Serve). No two calls ever overlap, so
+// MPI_THREAD_SERIALIZED is all it asks of the library. float16
 // and bfloat16 reductions go through custom MPI operators backed by packages fp16 and bf16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
@@ -153,8 +154,8 @@ func (c *Comm) serve(ready chan<- error) {
 // Do runs f on the MPI thread and waits for it. It is the way for code with MPI calls of its own
 // (a cgo benchmark reference, a test's raw MPI cross-check) to respect the thread model. While
 // horovod's background loop drives this Comm, f must not make collective calls: they would
-// interleave with horovod's on the other ranks. While Serve runs, Do runs f in place: only the
-// served loop may call it then.
+// interleave with horovod's on the other ranks. While Serve runs, Do runs f in place: only a
+// negotiation round may call it then.
 func (c *Comm) Do(f func()) error {
 	if c.serving.Load() {
 		f()
@@ -175,16 +176,16 @@ func (c *Comm) Do(f func()) error {
 	return nil
 }
 
-// Serve runs loop on the calling goroutine; the Comm's methods called from loop make their MPI
-// calls directly, without a hand-over per call. Nothing but loop may call the Comm meanwhile.
+// Serve runs loop on the calling goroutine; meanwhile the Comm's methods make their MPI calls
+// directly, on the caller's thread, without a hand-over per call. Only horovod's negotiation
+// rounds (loop's, or a blocking operation's caller's) may call the Comm meanwhile, one at a time.
 //
-// loop does not run on the MPI thread: a goroutine locked to an OS thread hands its processor to
-// another thread whenever it blocks, so every hand-over between a caller and the loop (a
-// submission, a completed result) would cost two thread wake-ups, the larger part of a small
-// allreduce's latency on a loaded machine. Unlocked, Go runs the loop on the thread of the
-// caller that just parked waiting for it. MPI_THREAD_SERIALIZED allows calls from any thread as
-// long as none overlap, which the single loop goroutine guarantees (Go's scheduler orders a
-// goroutine's steps across threads); Init and Finalize stay on the MPI thread, as MPI requires.
+// The rounds do not run on the MPI thread: a goroutine locked to an OS thread hands its processor
+// to another thread whenever it blocks, so every call would cost two thread wake-ups, the larger
+// part of a small allreduce's latency on a loaded machine. MPI_THREAD_SERIALIZED allows calls
+// from any thread as long as none overlap, which horovod's one round at a time guarantees (the
+// mutex that serializes rounds orders their calls across threads); Init and Finalize stay on the
+// MPI thread, as MPI requires.
 func (c *Comm) Serve(loop func()) {
 	c.serving.Store(true)
 	defer c.serving.Store(false)
