@@ -72,3 +72,30 @@ func BenchmarkReducerStep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScale times Average's pass over a 1 MiB result on one goroutine: float32 by a factor
+// float32 holds (1/2, 2 ranks), by one it does not (1/3, 3 ranks), float64 by 1/2, each with the
+// AVX kernels where the CPU has them and with the scalar loop (noAVX) side by side.
+func BenchmarkScale(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		dt   DType
+		f    float64
+	}{{"float32_half", Float32, 0.5}, {"float32_third", Float32, 1.0 / 3}, {"float64_half", Float64, 0.5}} {
+		for _, avx := range []bool{true, false} {
+			name := c.name
+			if !avx {
+				name += "_noAVX"
+			}
+			b.Run(name, func(b *testing.B) {
+				defer func(was bool) { hasAVX = was }(hasAVX)
+				hasAVX = hasAVX && avx
+				buf := make([]byte, 1<<20)
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					scale(buf, c.dt, c.f, 1)
+				}
+			})
+		}
+	}
+}

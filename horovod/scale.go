@@ -37,17 +37,17 @@ func scaleRange(buf []byte, dt DType, f float64) {
 		if f32 := float32(f); float64(f32) == f {
 			// The product of two float32s is exact in float64, so multiplying in float32 rounds
 			// once too, and is about twice as fast.
-			for i := range v {
+			for i := simdPrefix(len(v), 8, func(n int) { scaleFloat32AVX(&v[0], n, f32) }); i < len(v); i++ {
 				v[i] *= f32
 			}
 			return
 		}
-		for i := range v {
+		for i := simdPrefix(len(v), 4, func(n int) { scaleFloat32ViaFloat64AVX(&v[0], n, f) }); i < len(v); i++ {
 			v[i] = float32(float64(v[i]) * f)
 		}
 	case Float64:
 		v := view[float64](buf)
-		for i := range v {
+		for i := simdPrefix(len(v), 4, func(n int) { scaleFloat64AVX(&v[0], n, f) }); i < len(v); i++ {
 			v[i] *= f
 		}
 	case Float16, BFloat16:
@@ -67,6 +67,19 @@ func scaleRange(buf []byte, dt DType, f float64) {
 	case Uint8:
 		scaleInts(view[uint8](buf), f)
 	}
+}
+
+// simdPrefix runs simd over the longest prefix of n elements that is a whole number of width
+// lanes, where the CPU has AVX, and returns its length: the scalar loop does the rest.
+func simdPrefix(n, width int, simd func(n int)) int {
+	if !hasAVX {
+		return 0
+	}
+	n = n / width * width
+	if n > 0 {
+		simd(n)
+	}
+	return n
 }
 
 func scaleInts[T int8 | uint8 | int32 | int64](v []T, f float64) {

@@ -16,7 +16,8 @@
 #                       gradients in float32, fp16 and bf16), fp16 and bf16 conversion vs memcpy
 #                       and vs github.com/x448/float16; then a Reducer step
 #                       over MiniLM's gradients and a 128 MiB copy on one goroutine and on this
-#                       rank's share of the cores, side by side
+#                       rank's share of the cores, side by side, and Average's scaling pass over
+#                       1 MiB with the AVX kernels and with the scalar loop
 #   make bench-network  the allreduce of MiniLM's gradients (float32, fp16, bf16), 64 MiB and 4 KiB
 #                       against raw MPI_Allreduce over 2 and 4 simulated machines of one rank each,
 #                       their links shaped to 1 and 10 Gbit/s with 0.2 ms of delay
@@ -82,7 +83,7 @@ bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)
 	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
 	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
-	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep' -benchtime 10x ./horovod
+	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep|Scale' -benchtime 10x ./horovod
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'Copy' -benchtime 10x ./horovod/internal/parallel
 
 bench-network: debs

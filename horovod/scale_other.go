@@ -1,0 +1,11 @@
+//go:build !amd64
+
+package horovod
+
+var hasAVX = false // a variable as on amd64, so that benchmarks can turn it off
+
+func scaleFloat32AVX(v *float32, n int, f float32) { panic("horovod: AVX on a non-amd64 build") }
+func scaleFloat32ViaFloat64AVX(v *float32, n int, f float64) {
+	panic("horovod: AVX on a non-amd64 build")
+}
+func scaleFloat64AVX(v *float64, n int, f float64) { panic("horovod: AVX on a non-amd64 build") }
