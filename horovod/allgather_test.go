@@ -3,6 +3,7 @@ package horovod
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -96,4 +97,65 @@ func TestAllgathersFuse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// AllgatherInto gathers into the caller's buffer, alone or fused with other allgathers; a buffer
+// of the wrong length fails on its rank only, and the other ranks get their results.
+func TestAllgatherIntoTheCallersBuffer(t *testing.T) {
+	hs, _ := job(t, 3)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		// Rank r sends r+1 rows of 2: 6 rows in all.
+		rows := h.Rank() + 1
+		vals := make([]float32, rows*2)
+		for i := range vals {
+			vals[i] = float32(h.Rank()*10 + i)
+		}
+		x := mustTensor(t, []int{rows, 2}, vals)
+		want := []float32{0, 1, 10, 11, 12, 13, 20, 21, 22, 23, 24, 25}
+		out := make([]byte, 4*len(want))
+		for call := range 3 {
+			got, err := h.AllgatherInto("g", x, out)
+			if err != nil {
+				return err
+			}
+			if &got.Data[0] != &out[0] || !slices.Equal(got.Shape, []int{6, 2}) || !slices.Equal(mustValues[float32](got), want) {
+				return fmt.Errorf("call %d: got %v %v (into the buffer: %v), want %v", call, got.Shape, mustValues[float32](got), &got.Data[0] == &out[0], want)
+			}
+		}
+		// Beside a plain Allgather submitted just before (fused where the two meet in one round).
+		hd, err := h.AllgatherAsync("other", x)
+		if err != nil {
+			return err
+		}
+		clear(out)
+		got, err := h.AllgatherInto("g", x, out)
+		if err != nil {
+			return err
+		}
+		if _, err := hd.Wait(); err != nil {
+			return err
+		}
+		if &got.Data[0] != &out[0] || !slices.Equal(mustValues[float32](got), want) {
+			return fmt.Errorf("fused: got %v, want %v in the buffer", mustValues[float32](got), want)
+		}
+		// Rank 1's buffer is one row short: its call fails, the others' succeed.
+		short := out
+		if h.Rank() == 1 {
+			short = out[:len(out)-8]
+		}
+		got, err = h.AllgatherInto("g", x, short)
+		if h.Rank() == 1 {
+			if err == nil || !strings.Contains(err.Error(), "holds 40 bytes for a result of 48") {
+				return fmt.Errorf("a short buffer on rank 1: %v", err)
+			}
+			return nil
+		}
+		if err != nil || !slices.Equal(mustValues[float32](got), want) {
+			return fmt.Errorf("rank %d beside rank 1's short buffer: %v %v", h.Rank(), mustValues[float32](got), err)
+		}
+		if _, err := h.AllgatherInto("g", x, x.Data); err == nil || !strings.Contains(err.Error(), "overlaps") {
+			return fmt.Errorf("the input as output: %v", err)
+		}
+		return nil
+	})
 }

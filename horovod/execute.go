@@ -360,7 +360,11 @@ func (c *controller) allgather(batch []*response) error {
 	counts := make([]int, c.size) // bytes each rank sends: its rows of every tensor
 	for i, r := range batch {
 		reqs[i] = c.take(r.spec.name)
-		outs[i] = make([]byte, gatheredBytes(r))
+		if n := gatheredBytes(r); reqs[i] != nil && len(reqs[i].output) == n && n > 0 {
+			outs[i] = reqs[i].output // AllgatherInto's buffer
+		} else {
+			outs[i] = make([]byte, n)
+		}
 		names[i] = r.spec.name
 		for k, d := range r.firstDims {
 			counts[k] += d * rowBytes(r.spec)
@@ -411,14 +415,20 @@ func (c *controller) allgather(batch []*response) error {
 		}
 	}
 	for i, r := range batch {
-		if reqs[i] != nil {
-			rows := 0
-			for _, d := range r.firstDims {
-				rows += d
-			}
-			shape := append([]int{rows}, r.spec.shape[1:]...)
-			reqs[i].complete(Tensor{DType: r.spec.dtype, Shape: shape, Data: outs[i]}, nil)
+		if reqs[i] == nil {
+			continue
 		}
+		if out := reqs[i].output; out != nil && len(out) != len(outs[i]) {
+			reqs[i].complete(Tensor{}, &Error{Op: "allgather", Tensor: r.spec.name, Reason: fmt.Sprintf(
+				"the output buffer holds %d bytes for a result of %d (every rank's rows)", len(out), len(outs[i]))})
+			continue
+		}
+		rows := 0
+		for _, d := range r.firstDims {
+			rows += d
+		}
+		shape := append([]int{rows}, r.spec.shape[1:]...)
+		reqs[i].complete(Tensor{DType: r.spec.dtype, Shape: shape, Data: outs[i]}, nil)
 	}
 	return nil
 }

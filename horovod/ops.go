@@ -162,6 +162,26 @@ func (h *Horovod) Allgather(name string, t Tensor) (Tensor, error) {
 	return h.ctl.awaitOne(req)
 }
 
+// AllgatherInto is Allgather into out, a buffer the caller reuses from call to call, which saves
+// allocating (and zeroing) a result per call, as AllreduceOptions.Output does for Allreduce. out
+// must be exactly as long as the result (every rank's rows) and apart from t's Data; the result's
+// Data is out. A wrong length is this rank's error alone, found once the ranks have agreed on the
+// result's size: the collective still runs, so the other ranks get their results.
+func (h *Horovod) AllgatherInto(name string, t Tensor, out []byte) (Tensor, error) {
+	req, err := allgatherRequest(name, t)
+	if err != nil {
+		return Tensor{}, err
+	}
+	if out == nil {
+		return Tensor{}, &Error{Op: "allgather", Tensor: name, Reason: "AllgatherInto needs an output buffer (Allgather allocates one)"}
+	}
+	if parallel.Overlap(out, t.Data) {
+		return Tensor{}, &Error{Op: "allgather", Tensor: name, Reason: "the output buffer overlaps the tensor's Data"}
+	}
+	req.output = out
+	return h.ctl.awaitOne(req)
+}
+
 func (h *Horovod) broadcastRequest(name string, t Tensor, root int, inPlace bool) (*request, error) {
 	if err := checkOperand("broadcast", name, t); err != nil {
 		return nil, err

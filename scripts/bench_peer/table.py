@@ -3,8 +3,11 @@
     python3 table.py RANKS FILE...
 
 Each FILE holds lines `implementation<TAB>collective<TAB>bytes<TAB>seconds` (gorovod's bench with
--peer prints raw MPI's and gorovod's, horovod_collectives.py Horovod's). Ratios are Horovod's time
-over gorovod's (above 1: gorovod faster) and gorovod's over raw MPI's (1: at the MPI limit).
+-peer prints raw MPI's and gorovod's, horovod_collectives.py Horovod's). gorovod's figures are for a
+new result per call, as Horovod's ops return, and ("reused") into a buffer the caller reuses
+(allreduce's `Output`, `AllgatherInto`) or in place (broadcast: `BroadcastVariables`). Ratios are
+Horovod's time over gorovod's (above 1: gorovod faster) and gorovod's over raw MPI's (1: at the MPI
+limit).
 """
 
 import sys
@@ -45,12 +48,16 @@ def main():
                 figures[impl, what, size] = secs
     print(f"{ranks} ranks, float32, time per call (slowest rank's best batch)")
     print(f"  {'collective':<24}{'size':>9}{'raw MPI':>11}{'Horovod':>11}{'gorovod':>11}"
-          f"{'Horovod/gorovod':>17}{'gorovod/MPI':>13}")
+          f"{'reused':>11}{'Horovod/gorovod':>17}{'  (reused)':>10}{'gorovod/MPI':>13}{'  (reused)':>10}")
+
+    def ratio(a, b):
+        return f"{a / b:.2f}" if a and b else "-"
+
     for what, size in sorted(order, key=lambda k: (k[1], order.index(k))):
-        raw, hv, go = (figures.get((impl, what, size)) for impl in ("mpi", "horovod", "gorovod"))
-        vs_hvd = f"{hv / go:.2f}" if hv and go else "-"
-        vs_mpi = f"{go / raw:.2f}" if raw and go else "-"
-        print(f"  {what:<24}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}{dur(go):>11}{vs_hvd:>17}{vs_mpi:>13}")
+        raw, hv, go, reused = (figures.get((impl, what, size))
+                               for impl in ("mpi", "horovod", "gorovod", "gorovod_reused"))
+        print(f"  {what:<24}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}{dur(go):>11}{dur(reused):>11}"
+              f"{ratio(hv, go):>17}{ratio(hv, reused):>10}{ratio(go, raw):>13}{ratio(reused, raw):>10}")
 
 
 if __name__ == "__main__":

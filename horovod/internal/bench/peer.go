@@ -40,8 +40,10 @@ func parseSizes(list string) ([]int, error) {
 func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 
 // runPeer times, for every size, each of peerCollectives through gorovod's general API (one
-// tensor per call, a new result, as Horovod's TensorFlow ops return) and, where MPI has the
-// operation, raw MPI; rank 0 prints one tab-separated line per figure:
+// tensor per call, a new result, as Horovod's TensorFlow ops return; and, as gorovod_reused,
+// into a buffer the caller reuses (AllreduceOptions.Output, AllgatherInto) or in place
+// (BroadcastVariables)) and, where MPI has the operation,
+// raw MPI; rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 func runPeer(comm *mpi.Comm, sizes []int) {
 	type row struct {
@@ -102,6 +104,27 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				call = func() error { _, err := hvd.Broadcast("t", x, 0); return err }
 			}
 			rows = append(rows, row{"gorovod", what, size, timeCalls(hvd, iters, call)})
+			// The same call into memory the caller reuses, where the API has it: a new result
+			// per call costs Go an allocation, page faults and, in a process whose live heap is
+			// as small as this one's, a collection every few calls.
+			var reused func() error
+			switch what {
+			case "allreduce_sum", "allreduce_average":
+				o := horovod.AllreduceOptions{Op: horovod.Sum, Output: make([]byte, size)}
+				if what == "allreduce_average" {
+					o.Op = horovod.Average
+				}
+				reused = func() error { _, err := hvd.Allreduce("t", x, o); return err }
+			case "allgather":
+				out := make([]byte, size*hvd.Size())
+				reused = func() error { _, err := hvd.AllgatherInto("t", x, out); return err }
+			case "broadcast":
+				vars := []horovod.NamedTensor{{Name: "t", Tensor: x}}
+				reused = func() error { return hvd.BroadcastVariables(vars, 0) }
+			}
+			if reused != nil {
+				rows = append(rows, row{"gorovod_reused", what, size, timeCalls(hvd, iters, reused)})
+			}
 			if err := hvd.Shutdown(); err != nil {
 				log.Fatal(err)
 			}
