@@ -2,7 +2,7 @@
 #
 #   make bench-peer  builds Horovod $(PEER_HOROVOD_VERSION) (MPI only, TensorFlow, CPU operations over
 #                    MPI) against tensorflow-cpu $(PEER_TF_VERSION) in its own virtualenv under
-#                    .cache/peer (once: about 5 minutes on 2 cores; rebuilt when the pins change),
+#                    .cache/peer (once: about 3 minutes on 2 cores; rebuilt when the pins change),
 #                    then prints in one run, for raw MPI, Horovod and gorovod: allreduce (Sum,
 #                    Average, Average with fp16 compression) from 4 KiB to 256 MiB, allgather and
 #                    broadcast, on 2 and 3 ranks (scripts/bench_peer: Horovod's side under mpirun,
@@ -10,8 +10,8 @@
 #                    then fine-tuning MiniLM at 1 and 2 ranks, gorovod's finetune against the
 #                    exporter's model under Horovod (DistributedGradientTape), at Horovod's
 #                    defaults and with mpi_yield_when_idle, and the initial broadcast of the
-#                    model's variables (scripts/bench_peer/finetune.py; 10 minutes with 3 steps
-#                    at load average 4-9).
+#                    model's variables (scripts/bench_peer/finetune.py). The whole run: 15 minutes
+#                    alone on 2 cores with PEER_FINETUNE_REPEATS=3.
 #
 # Not part of `make test` or `make bench`: it needs cmake, g++ and libopenmpi-dev, and the build
 # takes minutes. PEER_SIZES and PEER_RANKS narrow the run, e.g.
