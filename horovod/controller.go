@@ -193,7 +193,7 @@ func (c *controller) loop() {
 	// Callers running rounds in step keep the other ranks' operations moving as the loop's timed
 	// rounds would: a round of the loop's own in between would meet a caller's on another rank,
 	// so that neither completes its operation in it. A timed round waits for a cycle after the
-	// last caller's round, checked again once a caller's round in progress has ended.
+	// last caller's round.
 	sinceCallerRound := func() time.Duration {
 		return time.Duration(time.Now().UnixNano() - c.callerRoundAt.Load())
 	}
@@ -204,11 +204,7 @@ func (c *controller) loop() {
 		case <-timer.C:
 			timed = true
 		}
-		if since := sinceCallerRound(); timed && since < wait {
-			timer.Reset(wait - since)
-			continue
-		}
-		c.turn.Lock()
+		c.turn.Lock() // a caller's round in progress ends first
 		if since := sinceCallerRound(); timed && since < wait {
 			c.turn.Unlock()
 			timer.Reset(wait - since)
@@ -231,9 +227,9 @@ func (c *controller) loop() {
 }
 
 // round negotiates once with the other ranks and runs the collectives every rank is ready for;
-// its caller holds turn, and byCaller says it is await's caller. busy reports that some rank had something to negotiate or that
-// operations are still waiting; over, that the loop has ended (in this round or an earlier one:
-// a failure, or a shutdown).
+// its caller holds turn, and byCaller says it is await's caller. busy reports that some rank had
+// something to negotiate or that operations are still waiting; over, that the loop has ended (in
+// this round or an earlier one: a failure, or a shutdown).
 func (c *controller) round(byCaller bool) (busy, over bool) {
 	c.mu.Lock()
 	stopped, shutdown, joined, reqs := c.stopErr != nil, c.shutdownAsked, c.joinAsked, c.queue.popQueued()
