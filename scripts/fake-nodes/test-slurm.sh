@@ -30,6 +30,11 @@ finetune_flags() {
 		"--inter_op_threads=1 --log_step_count_steps=2 --do_train --train_batch_size=4" \
 		"--max_train_examples=$2 --num_train_epochs=1 --save_checkpoints_steps=2 --export_dir=none --seed=5"
 }
+# checkpoint_step DIR: the step of DIR's latest checkpoint, per its checkpoint state file; -1 if none.
+checkpoint_step() {
+	found=$(sed -n 's/^model_checkpoint_path: "model\.ckpt-\([0-9]*\)"$/\1/p' "$1/checkpoint" 2>/dev/null)
+	echo "${found:--1}"
+}
 # submit SECONDS OUT EXAMPLES [SBATCH-OPTIONS]: the user's CPU script, sbatch bounded to SECONDS;
 # prints the job id.
 submit() {
@@ -54,12 +59,15 @@ grep -q 'trained steps 0\.\.16 ' "$shared/job-$job.out" || {
 grep -q '2 rank(s)' "$shared/job-$job.out"
 
 echo "== scancel mid-training, then resume"
-job=$(submit 30 "$shared/cancelled" 512)
+# 512 steps: long enough (several seconds even for the tiny model) that scancel reaches the job
+# while it trains. The wait is on the checkpoint state file, not on one checkpoint's files, which
+# keep_checkpoint_max may prune before a poll sees them.
+job=$(submit 30 "$shared/cancelled" 4096)
 tries=0
-until [ -e "$shared/cancelled/model.ckpt-4.index" ]; do
+until [ "$(checkpoint_step "$shared/cancelled")" -ge 4 ]; do
 	tries=$((tries + 1))
 	if [ "$tries" -gt 600 ]; then
-		echo "test-slurm: job $job wrote no checkpoint of step 4 within 300 s" >&2
+		echo "test-slurm: job $job wrote no checkpoint of step 4 or later within 300 s" >&2
 		cat "$shared/job-$job.out" >&2
 		exit 1
 	fi
@@ -76,7 +84,7 @@ while [ -n "$(squeue -h -j "$job" 2>/dev/null)" ]; do
 	sleep 0.5
 done
 cat "$shared/job-$job.out"
-latest=$(sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$shared/cancelled/checkpoint")
+latest=model.ckpt-$(checkpoint_step "$shared/cancelled")
 step=${latest##*-}
 for suffix in index data-00000-of-00001 input_position.json; do
 	if [ ! -s "$shared/cancelled/$latest.$suffix" ]; then
@@ -84,18 +92,18 @@ for suffix in index data-00000-of-00001 input_position.json; do
 		exit 1
 	fi
 done
-if [ "$step" -ge 64 ]; then
+if [ "$step" -ge 512 ]; then
 	echo "test-slurm: job $job finished (step $step) before scancel reached it" >&2
 	exit 1
 fi
 echo "test-slurm: scancel left checkpoint $latest"
-job=$(submit 300 "$shared/cancelled" 512 --wait) || {
+job=$(submit 300 "$shared/cancelled" 4096 --wait) || {
 	cat "$shared"/job-*.out >&2
 	exit 1
 }
 cat "$shared/job-$job.out"
-grep -q "trained steps $step\.\.64 " "$shared/job-$job.out" || {
-	echo "test-slurm: the resubmitted job $job did not resume from step $step to 64" >&2
+grep -q "trained steps $step\.\.512 " "$shared/job-$job.out" || {
+	echo "test-slurm: the resubmitted job $job did not resume from step $step to 512" >&2
 	exit 1
 }
 echo "test-slurm: all green"
