@@ -13,6 +13,11 @@ folded into the multiply clipping does anyway (the norm of the scaled gradients 
 times the norm of the given ones), so each gradient is still multiplied once, by
 gradient_scale * clip_norm / max(gradient_scale * norm, clip_norm): no extra pass over them.
 
+The moments and the parameter are updated by TensorFlow's fused ApplyAdam kernel with its bias
+correction off (beta powers 0), after the decay term (which reads the parameter before the step, as
+Google's update does); the kernel computes 1 - beta2 in float32 (0.00099998713 for 0.999, 1.3e-5
+below Google's 0.001), the only difference from Google's arithmetic beyond rounding.
+
 A non-finite global norm (an overflowed or NaN gradient) skips the whole update: parameters, slots
 and global_step keep their values and ``applied`` says False.
 
@@ -115,16 +120,18 @@ class AdamWeightDecay(tf.Module):
             scale = gradient_scale * clip_norm / tf.maximum(global_norm, clip_norm)
             ms = [v for _, v in self.adam_m.named_variables]
             vs = [v for _, v in self.adam_v.named_variables]
+            no_bias_correction = tf.constant(0.0)  # beta powers 0: ApplyAdam's rate is lr itself
             for (name, param), g, m, v in zip(self._params, grads, ms, vs):
-                g = g * scale
-                next_m = BETA_1 * m + (1.0 - BETA_1) * g
-                next_v = BETA_2 * v + (1.0 - BETA_2) * tf.square(g)
-                step = next_m / (tf.sqrt(next_v) + EPSILON)
+                # The decay reads the parameter before the Adam step, as Google's update does:
+                # param - lr * (adam + wd * param) = param * (1 - lr * wd) - lr * adam.
                 if uses_weight_decay(name):
-                    step += WEIGHT_DECAY_RATE * param
-                param.assign_sub(learning_rate * step)
-                m.assign(next_m)
-                v.assign(next_v)
+                    param.assign_sub(learning_rate * WEIGHT_DECAY_RATE * param)
+                # One fused kernel for m, v and the parameter instead of a dozen element-wise ops,
+                # each a pass over all the model's values: MiniLM's apply on one thread 177 -> 93 ms.
+                tf.raw_ops.ResourceApplyAdam(
+                    var=param.handle, m=m.handle, v=v.handle, beta1_power=no_bias_correction,
+                    beta2_power=no_bias_correction, lr=learning_rate, beta1=tf.constant(BETA_1),
+                    beta2=tf.constant(BETA_2), epsilon=tf.constant(EPSILON), grad=g * scale)
             global_step.assign_add(1)
             return tf.constant(True)
 

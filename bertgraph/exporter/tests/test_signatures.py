@@ -180,7 +180,9 @@ def test_apply_gradients_is_google_adam_weight_decay_with_clipping(dropout_off):
             np.testing.assert_allclose(got, want, atol=1e-6, err_msg=name)
         for name, want_m, want_v in zip(names, ms, vs):
             np.testing.assert_allclose(_slot(m, "adam_m", name), want_m, atol=1e-7, err_msg=name)
-            np.testing.assert_allclose(_slot(m, "adam_v", name), want_v, rtol=1e-5, atol=1e-12)
+            # rtol 2e-5, not float32's 1e-7: ApplyAdam computes 1 - beta2 in float32, and
+            # 1 - 0.999f is 0.00099998713, 1.3e-5 below Google's 0.001 (1 - 0.9f: 2.4e-7 off).
+            np.testing.assert_allclose(_slot(m, "adam_v", name), want_v, rtol=2e-5, atol=1e-12)
     # After clipping, the first moment added this step has norm (1 - beta1) * clip_norm.
     assert norm > 100
 
