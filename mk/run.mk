@@ -7,6 +7,9 @@
 #   make bench-finetune  examples/s of 1 rank x 1 thread vs 2 ranks x 1 thread (scaling efficiency)
 #                        and vs TensorFlow's MultiWorkerMirroredStrategy with 2 workers, same model,
 #                        batch and records
+#   make bench-amp       --amp's speed: MiniLM's three train steps (float32, bfloat16, float16) in
+#                        Python on one thread with a per-op profile, then finetune float32 vs
+#                        --amp=bf16 on 1 and 2 ranks (speed-up, scaling efficiency, compression)
 #   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
 #                        a CPU without AVX512-BF16 or AMX): both dev accuracies and their difference,
 #                        which must stay within 0.01; two full trainings, so not part of `make bench`
@@ -25,7 +28,7 @@ FINETUNE_MPIRUN := $(MPIRUN)
 # checkpoints, while a failed job ends within about 2 s (docs/faults.md).
 FINETUNE_LAUNCH := $(GOROVODRUN_BIN) --oversubscribe
 
-.PHONY: run finetune-bin bench-finetune bench-amp-accuracy
+.PHONY: run finetune-bin bench-finetune bench-amp bench-amp-accuracy
 finetune-bin: setup
 	$(GO) build -o $(FINETUNE_BIN) ./cmd/finetune
 
@@ -39,6 +42,12 @@ BENCH_TARGETS += bench-finetune
 bench-finetune: setup data finetune-bin
 	cd $(ROOT) && $(PY) scripts/bench_finetune.py --finetune $(FINETUNE_BIN) --mpirun "$(FINETUNE_MPIRUN)" \
 	  --saved_model $(CACHE)/model/imdb_minilm --data_dir $(CACHE)/data/imdb --work $(CACHE)/bench-finetune
+
+BENCH_TARGETS += bench-amp
+bench-amp: setup data finetune-bin
+	cd $(ROOT) && TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/amp_step_profile.py $(CACHE)/model/imdb_minilm 16 3
+	cd $(ROOT) && $(PY) scripts/bench_finetune.py --amp --finetune $(FINETUNE_BIN) --mpirun "$(FINETUNE_MPIRUN)" \
+	  --saved_model $(CACHE)/model/imdb_minilm --data_dir $(CACHE)/data/imdb --work $(CACHE)/bench-amp
 
 bench-amp-accuracy: setup data
 	cd $(ROOT) && GOROVOD_AMP_ACCURACY=1 TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -count=1 -timeout 120m \

@@ -10,6 +10,11 @@ MultiWorkerMirroredStrategy, measured side by side in one run (make bench-finetu
    polls in MPI, as before horovod/mpi's sleeping wait), and that again with mpirun's
    --mca mpi_yield_when_idle 1 (the poll yields the core between tests).
 
+With --amp (make bench-amp) the runs are instead float32 and --amp=bfloat16 (forced, so a CPU
+without AVX512-BF16/AMX shows what bfloat16 costs it) on 1 and 2 ranks, and bfloat16 on 2 ranks
+with the gradients on the wire as fp16 and as bf16: the mixed-precision speed-up at 1 and 2 ranks,
+the scaling efficiency with it, and whether compression pays once the step is faster.
+
 Each rate is examples/s over all ranks after the first step (finetune's summary line; the MWMS
 script skips its warmup step the same way). The three runs are repeated --repeats times,
 interleaved, and each configuration keeps its best rate: on a machine shared with other jobs the
@@ -70,8 +75,12 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--compare_waits", action="store_true",
                    help="also 2 ranks with GOROVOD_MPI_WAIT=spin, without and with mpi_yield_when_idle")
+    p.add_argument("--amp", action="store_true",
+                   help="float32 against --amp=bf16 on 1 and 2 ranks, and bf16 with compressed gradients")
     a = p.parse_args()
     work = pathlib.Path(a.work)
+    if a.amp:
+        return amp(a, work)
     rates = {"one": [], "two": [], "mwms": [], "two_fp16": []}
     if a.compare_waits:
         rates |= {"two_spin": [], "two_spin_yield": []}
@@ -97,6 +106,34 @@ def main():
         for k, what in (("two_spin", "GOROVOD_MPI_WAIT=spin"), ("two_spin_yield", "GOROVOD_MPI_WAIT=spin, mpi_yield_when_idle")):
             r = max(rates[k])
             print(f"  gorovod 2 ranks, {what}: {r:6.2f} examples/s   sleeping wait / this = {two / r:.2f}x")
+
+
+def amp(a, work):
+    runs = {  # name: (ranks, flags)
+        "one": (1, ()), "one_bf16": (1, ("--amp=bf16",)),
+        "two": (2, ()), "two_bf16": (2, ("--amp=bf16",)),
+        "two_bf16_fp16_wire": (2, ("--amp=bf16", "--compression=fp16")),
+        "two_bf16_bf16_wire": (2, ("--amp=bf16", "--compression=bf16")),
+    }
+    rates = {k: [] for k in runs}
+    for _ in range(a.repeats):
+        for k, (ranks, flags) in runs.items():
+            rates[k].append(finetune(a, ranks, work / k, *flags))
+    print(f"rates of the {a.repeats} interleaved runs: " + json.dumps({k: [round(r, 2) for r in v] for k, v in rates.items()}))
+    best = {k: max(v) for k, v in rates.items()}
+    flags = set(open("/proc/cpuinfo").read().split())
+    print(f"finetune MiniLM, batch {a.batch_size} per rank, 1 intra-op thread per rank, {a.steps} timed steps; "
+          f"CPU avx512_bf16 {'yes' if 'avx512_bf16' in flags else 'no'}, amx_bf16 {'yes' if 'amx_bf16' in flags else 'no'}; "
+          f"best of {a.repeats}, examples/s over all ranks:")
+    print(f"  1 rank : float32 {best['one']:6.2f}, bfloat16 {best['one_bf16']:6.2f}   "
+          f"bfloat16 / float32 = {best['one_bf16'] / best['one']:.2f}x (target >= 1.5)")
+    print(f"  2 ranks: float32 {best['two']:6.2f}, bfloat16 {best['two_bf16']:6.2f}   "
+          f"bfloat16 / float32 = {best['two_bf16'] / best['two']:.2f}x")
+    print(f"  scaling efficiency 1 -> 2 ranks: float32 {best['two'] / (2 * best['one']):.2f}, "
+          f"bfloat16 {best['two_bf16'] / (2 * best['one_bf16']):.2f} (target >= 0.95)")
+    for k, wire in (("two_bf16_fp16_wire", "fp16"), ("two_bf16_bf16_wire", "bf16")):
+        print(f"  2 ranks bfloat16, --compression={wire}: {best[k]:6.2f}   against float32 on the wire "
+              f"{best[k] / best['two_bf16']:.2f}x")
 
 
 if __name__ == "__main__":
