@@ -13,7 +13,8 @@ import (
 
 // compareRuns has TensorFlow read the runs' event files and final checkpoints and reports, for
 // each run against the first, the largest difference of the per-step loss and of any saved
-// variable (model weights, Adam slots, global step).
+// variable (model weights, Adam slots, global step), and the mean difference over the model's
+// weights (every value of every variable but the slots).
 const compareRuns = `
 import json, sys
 import numpy as np
@@ -41,6 +42,9 @@ for d in sys.argv[2:]:
         "steps": len(losses),
         "max_loss_diff": max(abs(losses[s] - ref_losses[s]) for s in losses),
         "max_weight_diff": max(float(np.max(np.abs(weights[k].astype(np.float64) - ref_weights[k]))) for k in weights),
+        "mean_weight_diff": float(np.mean(np.concatenate([
+            np.abs(weights[k].astype(np.float64) - ref_weights[k]).ravel()
+            for k in weights if not k.endswith(("/adam_m", "/adam_v"))]))),
         "variables": len(weights),
     })
 print(json.dumps(out))
@@ -70,10 +74,11 @@ func equivalenceRunner(t *testing.T) func(ranks int, name string, extra ...strin
 
 // runDiff is what compareRuns reports for one run against the first.
 type runDiff struct {
-	Steps         int     `json:"steps"`
-	MaxLossDiff   float64 `json:"max_loss_diff"`
-	MaxWeightDiff float64 `json:"max_weight_diff"`
-	Variables     int     `json:"variables"`
+	Steps          int     `json:"steps"`
+	MaxLossDiff    float64 `json:"max_loss_diff"`
+	MaxWeightDiff  float64 `json:"max_weight_diff"`
+	MeanWeightDiff float64 `json:"mean_weight_diff"`
+	Variables      int     `json:"variables"`
 }
 
 // diffRuns runs compareRuns over the output directories: one runDiff per run after the first.
@@ -134,11 +139,18 @@ const (
 // against 2 ranks x b, both with --amp=bf16 (and both with --amp=fp16, loss-scaled). The ranks'
 // products round to 8 (bfloat16) or 11 (float16) significant bits over b rows instead of 2b
 // (a weight gradient is one product over the batch), so unlike float32 the two sides differ by
-// that rounding; Adam's update m/sqrt(v) is scale-free, a weight moves by at most about the
-// learning rate per step whatever the rounding. Bounds (docs/mixed-precision.md): loss within
-// ampLossBound, weights within steps x peak learning rate x ampWeightFraction. Every rank takes
-// the same loss-scale decisions (float16): the runs' skipped steps, if any, would differ in the
-// losses TensorBoard got, which are compared step by step.
+// that rounding, and by how the CPU's kernels block a product of that shape (oneDNN's AMX
+// bfloat16 kernels differ from the float32 emulation a CPU without them runs). Adam's update
+// m/sqrt(v) does not shrink with the gradient: where a gradient is near zero the rounding can
+// flip its sign, and without bias correction a weight moves by up to 3-6 learning rates a step
+// in the first steps, so the largest difference over all values says little (measured 3.3e-3
+// on AVX2, 7.7e-3 on AMX, in a pooler kernel and LayerNorm gammas, over 6 steps at 2e-3). The
+// bounds (docs/mixed-precision.md): the loss within ampLossBound, and the mean difference over
+// every weight within steps x peak learning rate x ampMeanWeightFraction (2.4e-4; measured on AMX
+// 5.6e-5 with bfloat16, 2.3e-6 with float16, and 1.5e-3 for either when the 2-rank run's
+// learning rate was 25% low). Every rank takes the same loss-scale decisions (float16):
+// the runs' skipped steps, if any, would differ in the losses TensorBoard got, which are
+// compared step by step.
 func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 	const b, steps = equivalenceBatch, equivalenceSteps
 	train := equivalenceRunner(t)
@@ -156,9 +168,9 @@ func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 		if ranks.Steps != steps || ranks.Variables < 3*40 {
 			t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", ranks.Steps, ranks.Variables, steps)
 		}
-		if ranks.MaxLossDiff > ampLossBound || ranks.MaxWeightDiff > steps*2e-3*ampWeightFraction {
-			t.Errorf("--amp=%s: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g (bound %g), weights by %g (bound %g; %s)",
-				amp, b, 2*b, ranks.MaxLossDiff, ampLossBound, ranks.MaxWeightDiff, steps*2e-3*ampWeightFraction, testenv.CPU())
+		if bound := steps * 2e-3 * ampMeanWeightFraction; ranks.MaxLossDiff > ampLossBound || ranks.MeanWeightDiff > bound {
+			t.Errorf("--amp=%s: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g (bound %g), weights by %g on average (bound %g; largest %g; %s)",
+				amp, b, 2*b, ranks.MaxLossDiff, ampLossBound, ranks.MeanWeightDiff, bound, ranks.MaxWeightDiff, testenv.CPU())
 		}
 	}
 	// The two precisions really train differently (the mixed signatures are driven; float32's
@@ -169,6 +181,6 @@ func TestTwoRanksEqualOneRankWithDoubleBatchMixedPrecision(t *testing.T) {
 }
 
 const (
-	ampLossBound      = 1e-2
-	ampWeightFraction = 0.5
+	ampLossBound          = 1e-2
+	ampMeanWeightFraction = 0.02
 )
