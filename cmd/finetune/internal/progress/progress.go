@@ -137,7 +137,10 @@ func (r *Reporter) Logf(format string, args ...any) {
 }
 
 // Done ends the display with a summary line: steps, wall time, mean examples per second, and
-// the steady rate after the first step (what benchmarks compare).
+// the steady rate after the first step (what benchmarks compare). The steady rate ends with the
+// last step reported: the final checkpoint, written between it and Done, is not a training step
+// (MiniLM's with its Adam slots takes seconds, which in a benchmark of ten one-second steps
+// would weigh more on the faster side).
 func (r *Reporter) Done(step int64, examples int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -148,7 +151,7 @@ func (r *Reporter) Done(step int64, examples int64) {
 	if el > 0 {
 		rate = float64(examples) / el.Seconds()
 	}
-	if d := t.Sub(r.firstDone).Seconds(); !r.firstDone.IsZero() && d > 0 {
+	if d := r.last.Sub(r.firstDone).Seconds(); !r.firstDone.IsZero() && d > 0 {
 		steady = float64(r.steadyExample) / d
 	}
 	fmt.Fprintf(r.w, "trained steps %d..%d in %s: %.1f examples/sec over all ranks (%.2f after the first step)\n",
