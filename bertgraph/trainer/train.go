@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
@@ -160,15 +161,22 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 	float16 := t.model.Precision() == bertgraph.Float16
 	globalBatch := o.BatchSize * t.size
 	batch := features.NewBatch(o.BatchSize, t.model.Contract().MaxSeqLength) // refilled every step
+	var phases, first Phases                                                 // first: the run's first step, left out of the phases reported
+	clock := newPhaseClock()
 	for step < o.Schedule.TrainSteps && stopped == nil {
+		if phases.Steps == 1 && first.Steps == 0 {
+			first = phases
+		}
 		if err := data.ReadBatch(batch, true); err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
 		drawn++
+		clock.lap(&phases.Other)
 		st, err := t.model.TrainStep(batch, bertgraph.DropoutSeed{o.Seed + int64(t.rank), step}, grads)
 		if err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
+		clock.lap(&phases.TrainStep)
 		localStats[0], localStats[1], localStats[2] = float64(st.Loss), float64(st.Correct), float64(st.Examples)
 		localStop[0] = 0
 		if o.Stop != nil {
@@ -197,11 +205,14 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		if err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
+		clock.lap(&phases.Allreduce)
 		lr := o.Schedule.LearningRate(step)
 		res, err := t.model.Apply(grads, float32(reducer.GradientScale()), float32(lr), float32(o.ClipNorm))
 		if err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
+		clock.lap(&phases.Apply)
+		phases.Steps++
 		lossScale = res.LossScale
 		if !res.Applied {
 			skipped++
@@ -220,6 +231,7 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		step = res.GlobalStep
 		stopped = signalOf(agreedStop)
 		if t.rank != 0 {
+			clock.lap(&phases.Other)
 			continue
 		}
 		totals, _ := horovod.Values[float64](totalStats)
@@ -239,6 +251,12 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 				return Result{Step: step, LossScale: lossScale}, err
 			}
 		}
+		clock.lap(&phases.Other)
+	}
+	if first.Steps == 0 { // no step after the first
+		phases = Phases{}
+	} else {
+		phases = phases.minus(first)
 	}
 	if t.rank == 0 {
 		if err := t.saveCheckpoint(step, drawn); err != nil {
@@ -252,7 +270,24 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 			return Result{Step: step, LossScale: lossScale}, err
 		}
 	}
-	return Result{Step: step, Stopped: stopped, LossScale: lossScale}, nil
+	return Result{Step: step, Stopped: stopped, LossScale: lossScale, Phases: phases}, nil
+}
+
+// phaseClock charges the time since its last lap to one phase.
+type phaseClock struct{ last time.Time }
+
+func newPhaseClock() *phaseClock { return &phaseClock{last: time.Now()} }
+
+func (c *phaseClock) lap(phase *time.Duration) {
+	now := time.Now()
+	*phase += now.Sub(c.last)
+	c.last = now
+}
+
+// minus is p without the phases of earlier (a prefix of the same run).
+func (p Phases) minus(earlier Phases) Phases {
+	return Phases{Steps: p.Steps - earlier.Steps, TrainStep: p.TrainStep - earlier.TrainStep,
+		Allreduce: p.Allreduce - earlier.Allreduce, Apply: p.Apply - earlier.Apply, Other: p.Other - earlier.Other}
 }
 
 // saveCheckpoint saves the model and optimizer state of global step step, with the number of

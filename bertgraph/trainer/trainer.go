@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/schedule"
@@ -86,6 +87,34 @@ type Result struct {
 	// float16 (bertgraph.Float16), whose dynamic scale halves on every skipped step; 0 when no
 	// step was trained.
 	LossScale float32
+	// Phases is where this rank's steps after the first spent their time.
+	Phases Phases
+}
+
+// Phases is where a rank's training steps spent their time, the first step of a run left out (it
+// pays for graph optimisation and first allocations): what a slow step waits for, and what a
+// faster train step leaves to the rest.
+type Phases struct {
+	Steps int64 // steps measured
+	// TrainStep is train_step: the forward and backward pass, the gradients copied out.
+	TrainStep time.Duration
+	// Allreduce is the gradients' allreduce and the step's agreement on its statistics and on
+	// stopping, waiting for the slowest rank included.
+	Allreduce time.Duration
+	// Apply is apply_gradients: the gradients copied in, clipping, AdamWeightDecay.
+	Apply time.Duration
+	// Other is the rest of the loop: reading the batch, reports, summaries and the periodic
+	// checkpoints (not the final one).
+	Other time.Duration
+}
+
+// PerStep is the mean of each phase over the steps measured (zero when none were).
+func (p Phases) PerStep() Phases {
+	if p.Steps == 0 {
+		return Phases{}
+	}
+	n := time.Duration(p.Steps)
+	return Phases{Steps: 1, TrainStep: p.TrainStep / n, Allreduce: p.Allreduce / n, Apply: p.Apply / n, Other: p.Other / n}
 }
 
 // Trainer trains one rank's copy of a SavedModel data-parallel with its peers, as Horovod's

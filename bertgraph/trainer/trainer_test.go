@@ -4,6 +4,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/schedule"
@@ -61,9 +62,19 @@ func TestStopThenResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer data.Close()
+		start := time.Now()
 		res, err := tr.Train(data, from)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The phases cover every step but the first, within Train's own time.
+		p := res.Phases
+		if p.Steps != int64(len(reported)-1) || p.TrainStep <= 0 || p.Allreduce <= 0 || p.Apply <= 0 ||
+			p.TrainStep+p.Allreduce+p.Apply+p.Other > time.Since(start) {
+			t.Errorf("phases %+v for %d steps in %v: want every step but the first, each phase timed", p, len(reported), time.Since(start))
+		}
+		if mean := p.PerStep(); mean.TrainStep != p.TrainStep/time.Duration(p.Steps) {
+			t.Errorf("mean step %+v of %+v", mean, p)
 		}
 		return from, res, reported
 	}

@@ -100,7 +100,11 @@ func diffRuns(t *testing.T, dirs ...string) []runDiff {
 func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 	const b, steps = equivalenceBatch, equivalenceSteps
 	train := equivalenceRunner(t)
-	one, _ := train(1, "one")
+	one, log := train(1, "one")
+	// Rank 0 says where its steps went, the first left out.
+	if want := fmt.Sprintf("a step after the first, on rank 0 (mean of %d): train_step ", steps-1); !strings.Contains(log, want) {
+		t.Errorf("the log does not say %q:\n%s", want, log)
+	}
 	runs := []string{one}
 	for _, fp16 := range []string{"false", "true"} {
 		dir, _ := train(2, "two-fp16-"+fp16, "--use_fp16="+fp16)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gorovod/gorovod/bertgraph/schedule"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
@@ -91,6 +92,11 @@ func (j *job) train() (int64, error) {
 	if j.rank == 0 && err == nil {
 		j.console.bar.Done(res.Step, (res.Step-from.Step)*int64(c.TrainBatchSize*j.size))
 		j.console.bar = nil
+		if p := res.Phases.PerStep(); res.Phases.Steps > 0 {
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			j.console.infof("a step after the first, on rank 0 (mean of %d): train_step %.1f ms, allreduce %.1f ms (waiting for the other ranks included), apply_gradients %.1f ms, the rest %.1f ms",
+				res.Phases.Steps, ms(p.TrainStep), ms(p.Allreduce), ms(p.Apply), ms(p.Other))
+		}
 	}
 	if err == nil && res.Stopped != nil {
 		err = errInterrupted{res.Stopped, ""}
