@@ -11,9 +11,11 @@ MultiWorkerMirroredStrategy, measured side by side in one run (make bench-finetu
    --mca mpi_yield_when_idle 1 (the poll yields the core between tests).
 
 With --amp (make bench-amp) the runs are instead float32 and --amp=bfloat16 (forced, so a CPU
-without AVX512-BF16/AMX shows what bfloat16 costs it) on 1 and 2 ranks, and bfloat16 on 2 ranks
-with the gradients on the wire as fp16 and as bf16: the mixed-precision speed-up at 1 and 2 ranks,
-the scaling efficiency with it, and whether compression pays once the step is faster.
+without AVX512-BF16/AMX shows what bfloat16 costs it) on 1 and 2 ranks, two independent 1-rank
+bfloat16 jobs started at once (what the machine's cores and memory give two processes with no
+allreduce between them: the ceiling of the scaling efficiency), and bfloat16 on 2 ranks with the
+gradients on the wire as fp16 and as bf16: the mixed-precision speed-up at 1 and 2 ranks, the
+scaling efficiency with it, and whether compression pays once the step is faster.
 
 Each rate is examples/s over all ranks after the first step (finetune's summary line; the MWMS
 script skips its warmup step the same way). The three runs are repeated --repeats times,
@@ -36,19 +38,31 @@ STEADY = re.compile(r"trained steps \d+\.\.\d+ in \S+: [\d.]+ examples/sec over 
 
 
 def finetune(a, ranks, out, *extra, wait="sleep", mpirun_args=()):
-    shutil.rmtree(out, ignore_errors=True)
+    return finetune_together(a, ranks, [out], *extra, wait=wait, mpirun_args=mpirun_args)
+
+
+def finetune_together(a, ranks, outs, *extra, wait="sleep", mpirun_args=()):
+    """Runs one finetune job per output directory, all started at once, and returns the sum of
+    their steady rates (several jobs: what the machine gives independent jobs side by side)."""
     steps = a.steps + 1
-    cmd = shlex.split(a.mpirun) + list(mpirun_args) + ["-np", str(ranks), a.finetune,
-        "--do_train", f"--saved_model={a.saved_model}", f"--data_dir={a.data_dir}", f"--output_dir={out}",
-        f"--train_batch_size={a.batch_size}", f"--max_train_examples={steps * a.batch_size * 2}",
-        f"--num_train_epochs={1 / (2 / ranks)}", "--threads=1", "--inter_op_threads=1",
-        "--save_checkpoints_steps=0", "--export_dir=none", f"--log_step_count_steps={steps}", *extra]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", GOROVOD_MPI_WAIT=wait)
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    m = STEADY.search(p.stderr + p.stdout)
-    if p.returncode != 0 or not m:
-        sys.exit(f"bench_finetune: {' '.join(cmd)}: exit {p.returncode}\n{p.stderr}{p.stdout}")
-    return float(m.group(1))
+    jobs = []
+    for out in outs:
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = shlex.split(a.mpirun) + list(mpirun_args) + ["-np", str(ranks), a.finetune,
+            "--do_train", f"--saved_model={a.saved_model}", f"--data_dir={a.data_dir}", f"--output_dir={out}",
+            f"--train_batch_size={a.batch_size}", f"--max_train_examples={steps * a.batch_size * 2}",
+            f"--num_train_epochs={1 / (2 / ranks)}", "--threads=1", "--inter_op_threads=1",
+            "--save_checkpoints_steps=0", "--export_dir=none", f"--log_step_count_steps={steps}", *extra]
+        jobs.append((cmd, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    total = 0.0
+    for cmd, job in jobs:
+        stdout, stderr = job.communicate()
+        m = STEADY.search(stderr + stdout)
+        if job.returncode != 0 or not m:
+            sys.exit(f"bench_finetune: {' '.join(cmd)}: exit {job.returncode}\n{stderr}{stdout}")
+        total += float(m.group(1))
+    return total
 
 
 def mwms(a, work):
@@ -112,13 +126,15 @@ def amp(a, work):
     runs = {  # name: (ranks, flags)
         "one": (1, ()), "one_bf16": (1, ("--amp=bf16",)),
         "two": (2, ()), "two_bf16": (2, ("--amp=bf16",)),
+        "two_alone_bf16": (1, ("--amp=bf16",)),  # two 1-rank jobs at once: the machine's ceiling
         "two_bf16_fp16_wire": (2, ("--amp=bf16", "--compression=fp16")),
         "two_bf16_bf16_wire": (2, ("--amp=bf16", "--compression=bf16")),
     }
     rates = {k: [] for k in runs}
     for _ in range(a.repeats):
         for k, (ranks, flags) in runs.items():
-            rates[k].append(finetune(a, ranks, work / k, *flags))
+            outs = [work / k / "a", work / k / "b"] if k == "two_alone_bf16" else [work / k]
+            rates[k].append(finetune_together(a, ranks, outs, *flags))
     print(f"rates of the {a.repeats} interleaved runs: " + json.dumps({k: [round(r, 2) for r in v] for k, v in rates.items()}))
     best = {k: max(v) for k, v in rates.items()}
     flags = set(open("/proc/cpuinfo").read().split())
@@ -131,6 +147,9 @@ def amp(a, work):
           f"bfloat16 / float32 = {best['two_bf16'] / best['two']:.2f}x")
     print(f"  scaling efficiency 1 -> 2 ranks: float32 {best['two'] / (2 * best['one']):.2f}, "
           f"bfloat16 {best['two_bf16'] / (2 * best['one_bf16']):.2f} (target >= 0.95)")
+    print(f"  two independent 1-rank bfloat16 jobs at once: {best['two_alone_bf16']:6.2f}   "
+          f"2 x one alone: {best['two_alone_bf16'] / (2 * best['one_bf16']):.2f} (the ceiling of scaling on this machine, "
+          f"no allreduce); 2 ranks / them: {best['two_bf16'] / best['two_alone_bf16']:.2f}")
     for k, wire in (("two_bf16_fp16_wire", "fp16"), ("two_bf16_bf16_wire", "bf16")):
         print(f"  2 ranks bfloat16, --compression={wire}: {best[k]:6.2f}   against float32 on the wire "
               f"{best[k] / best['two_bf16']:.2f}x")
