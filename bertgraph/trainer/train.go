@@ -161,7 +161,8 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 	float16 := t.model.Precision() == bertgraph.Float16
 	globalBatch := o.BatchSize * t.size
 	batch := features.NewBatch(o.BatchSize, t.model.Contract().MaxSeqLength) // refilled every step
-	var phases, first Phases                                                 // first: the run's first step, left out of the phases reported
+	// first: the phases of the run's first step, left out of those reported.
+	var phases, first Phases
 	clock := newPhaseClock()
 	for step < o.Schedule.TrainSteps && stopped == nil {
 		if phases.Steps == 1 && first.Steps == 0 {
