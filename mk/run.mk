@@ -7,9 +7,10 @@
 #   make bench-finetune  examples/s of 1 rank x 1 thread vs 2 ranks x 1 thread (scaling efficiency)
 #                        and vs TensorFlow's MultiWorkerMirroredStrategy with 2 workers, same model,
 #                        batch and records
-#   make bench-amp       --amp's speed: MiniLM's three train steps (float32, bfloat16, float16) in
-#                        Python on one thread with a per-op profile, then finetune float32 vs
-#                        --amp=bf16 on 1 and 2 ranks (speed-up, scaling efficiency, compression)
+#   make bench-amp       --amp's speed: MiniLM's three train steps (float32, bfloat16, float16) and
+#                        float32 under Grappler's bfloat16 rewrite, in Python on one thread with a
+#                        per-op profile, then finetune float32 vs --amp=bf16 on 1 and 2 ranks
+#                        (speed-up, scaling efficiency against two independent jobs, compression)
 #   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
 #                        a CPU without AVX512-BF16 or AMX): both dev accuracies and their difference,
 #                        which must stay within 0.01; two full trainings, so not part of `make bench`

@@ -90,7 +90,7 @@ def main():
     p.add_argument("--compare_waits", action="store_true",
                    help="also 2 ranks with GOROVOD_MPI_WAIT=spin, without and with mpi_yield_when_idle")
     p.add_argument("--amp", action="store_true",
-                   help="float32 against --amp=bf16 on 1 and 2 ranks, and bf16 with compressed gradients")
+                   help="float32 against --amp=bf16 on 1 and 2 ranks, two 1-rank bf16 jobs at once, and bf16 with compressed gradients")
     a = p.parse_args()
     work = pathlib.Path(a.work)
     if a.amp:
