@@ -161,12 +161,12 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 	float16 := t.model.Precision() == bertgraph.Float16
 	globalBatch := o.BatchSize * t.size
 	batch := features.NewBatch(o.BatchSize, t.model.Contract().MaxSeqLength) // refilled every step
-	// first: the phases of the run's first step, left out of those reported.
-	var phases, first Phases
+	var phases Phases
+	pastFirst := false // the first step's phases are dropped as the second begins
 	clock := newPhaseClock()
 	for step < o.Schedule.TrainSteps && stopped == nil {
-		if phases.Steps == 1 && first.Steps == 0 {
-			first = phases
+		if !pastFirst && phases.Steps == 1 {
+			phases, pastFirst = Phases{}, true
 		}
 		if err := data.ReadBatch(batch, true); err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
@@ -254,10 +254,8 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		}
 		clock.lap(&phases.Other)
 	}
-	if first.Steps == 0 { // no step after the first
+	if !pastFirst { // no step after the first
 		phases = Phases{}
-	} else {
-		phases = phases.minus(first)
 	}
 	if t.rank == 0 {
 		if err := t.saveCheckpoint(step, drawn); err != nil {
@@ -283,12 +281,6 @@ func (c *phaseClock) lap(phase *time.Duration) {
 	now := time.Now()
 	*phase += now.Sub(c.last)
 	c.last = now
-}
-
-// minus is p without the phases of earlier (a prefix of the same run).
-func (p Phases) minus(earlier Phases) Phases {
-	return Phases{Steps: p.Steps - earlier.Steps, TrainStep: p.TrainStep - earlier.TrainStep,
-		Allreduce: p.Allreduce - earlier.Allreduce, Apply: p.Apply - earlier.Apply, Other: p.Other - earlier.Other}
 }
 
 // saveCheckpoint saves the model and optimizer state of global step step, with the number of
