@@ -204,7 +204,19 @@ func (c *controller) loop() {
 		case <-timer.C:
 			timed = true
 		}
-		c.turn.Lock() // a caller's round in progress ends first
+		if timed && !c.turn.TryLock() {
+			// A caller's round is in progress, and it negotiates for this rank. Waiting for it on
+			// the lock would cost two thread wake-ups per caller round (parking, then the hand-over
+			// at its Unlock), which on a machine whose cores all run ranks take CPU from the rank
+			// its collective waits for: a 16 MiB allreduce took 25% longer than raw MPI's. The
+			// timer backs off as idle rounds do instead.
+			wait = min(2*wait, maxIdleCycles*c.h.cfg.CycleTime)
+			timer.Reset(wait)
+			continue
+		}
+		if !timed {
+			c.turn.Lock() // a caller's round in progress ends first
+		}
 		if since := sinceCallerRound(); timed && since < wait {
 			c.turn.Unlock()
 			timer.Reset(wait - since)
@@ -351,7 +363,11 @@ const negotiationRound = "negotiation allgather"
 
 // negotiationAllgatherv is the control backend's allgather, for exchange, under the watchdog's eye.
 func (c *controller) negotiationAllgatherv(send, recv []byte, counts []int) error {
-	return c.busy(negotiationRound, func() error { return c.control.Allgatherv(send, recv, counts) })
+	gather := c.control.Allgatherv
+	if n, ok := c.control.(backend.Negotiator); ok {
+		gather = n.NegotiationAllgatherv
+	}
+	return c.busy(negotiationRound, func() error { return gather(send, recv, counts) })
 }
 
 // busy runs one backend call under the watchdog's eye.

@@ -85,7 +85,8 @@ var opened sync.Once
 const SleepingWaitMaxPart = 4096
 
 // Comm is MPI_COMM_WORLD (duplicated, so that horovod's traffic never matches the application's),
-// driven from its own OS thread. It implements backend.Backend.
+// driven from its own OS thread. It implements backend.Backend, ThreadBound, Negotiator, RollCall
+// and PeerProber.
 type Comm struct {
 	topo   backend.Topology
 	calls  chan func()
@@ -258,34 +259,27 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 	return nil
 }
 
-// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints). When every part
-// is at most SleepingWaitMaxPart bytes, a rank that arrives before its peers waits for them as
-// the Comm was opened with (backend.DriverConfig.Wait). Its roll call tells Reached who has
-// entered it.
+// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints) with MPI's
+// blocking MPI_Allgatherv: horovod's data allgathers, which every rank enters once negotiation
+// has agreed on them. Negotiation rounds go through NegotiationAllgatherv.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
-	if len(counts) != c.topo.Size {
-		return fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
+	sp, cc, _, err := c.allgathervArgs(send, recv, counts)
+	if err != nil || cc == nil {
+		return err
 	}
-	cc := make([]C.int, 2*len(counts)) // counts, then displacements, in C memory layout
-	total, largest := 0, 0
-	for r, n := range counts {
-		if n < 0 || total+n > maxCount {
-			return fmt.Errorf("mpi: allgatherv of %d bytes from rank %d (total above 2^31-1 bytes or negative)", n, r)
-		}
-		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
-		total += n
-		largest = max(largest, n)
-	}
-	if counts[c.topo.Rank] != len(send) || total != len(recv) {
-		return fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
-	}
-	if total == 0 {
-		return nil
-	}
-	// MPI reads the send pointer even for a zero count in some implementations: give it valid memory.
-	sp := ptr(send)
-	if sp == nil {
-		sp = ptr(recv)
+	return c.call("MPI_Allgatherv", func() C.int {
+		return C.hvd_mpi_allgatherv_blocking(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)])
+	})
+}
+
+// NegotiationAllgatherv is Allgatherv for horovod's negotiation rounds (backend.Negotiator):
+// MPI_Iallgatherv, tested until it completes. When every part is at most SleepingWaitMaxPart
+// bytes, a rank that arrives before its peers waits for them as the Comm was opened with
+// (backend.DriverConfig.Wait). Its roll call tells Reached who has entered it.
+func (c *Comm) NegotiationAllgatherv(send, recv []byte, counts []int) error {
+	sp, cc, largest, err := c.allgathervArgs(send, recv, counts)
+	if err != nil || cc == nil {
+		return err
 	}
 	sleep := C.int(0)
 	if c.wait == backend.WaitSleep && largest <= SleepingWaitMaxPart {
@@ -296,8 +290,38 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	})
 }
 
-// Reached is the roll call of the Allgatherv in progress (horovod's negotiation rounds are
-// allgathers): every rank that waits in one past the spin of the sleeping wait (50 us) tells
+// allgathervArgs checks an allgather's buffers against its counts and returns the send pointer,
+// the counts and displacements in C memory layout and the largest part; nil counts when there is
+// nothing to gather.
+func (c *Comm) allgathervArgs(send, recv []byte, counts []int) (sp unsafe.Pointer, cc []C.int, largest int, err error) {
+	if len(counts) != c.topo.Size {
+		return nil, nil, 0, fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
+	}
+	cc = make([]C.int, 2*len(counts)) // counts, then displacements
+	total := 0
+	for r, n := range counts {
+		if n < 0 || total+n > maxCount {
+			return nil, nil, 0, fmt.Errorf("mpi: allgatherv of %d bytes from rank %d (total above 2^31-1 bytes or negative)", n, r)
+		}
+		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
+		total += n
+		largest = max(largest, n)
+	}
+	if counts[c.topo.Rank] != len(send) || total != len(recv) {
+		return nil, nil, 0, fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
+	}
+	if total == 0 {
+		return nil, nil, 0, nil
+	}
+	// MPI reads the send pointer even for a zero count in some implementations: give it valid memory.
+	sp = ptr(send)
+	if sp == nil {
+		sp = ptr(recv)
+	}
+	return sp, cc, largest, nil
+}
+
+// Reached is the roll call of the NegotiationAllgatherv in progress: every rank that waits in one past the spin of the sleeping wait (50 us) tells
 // rank 0 that it has entered it, and rank 0 tells every rank. So once a round has waited that
 // long, rank 0 knows who has reached it, and the others know about rank 0 and themselves only.
 // A round that no rank waits for sends no note (see RollCalls).

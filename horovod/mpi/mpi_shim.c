@@ -253,6 +253,10 @@ int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *
 	return wait_round(&req, sleep);
 }
 
+int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, const int *counts, const int *displs) {
+	return MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world);
+}
+
 void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called) {
 	*allgathers = __atomic_load_n(&rounds, __ATOMIC_RELAXED);
 	*called = __atomic_load_n(&roll_calls, __ATOMIC_RELAXED);

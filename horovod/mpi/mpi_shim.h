@@ -32,6 +32,8 @@ int hvd_mpi_bcast(void *buf, int count, int root);
 // hvd_mpi_reached can say who is late. A round whose ranks all arrive within the spin sends no
 // note.
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
+// hvd_mpi_allgatherv_blocking is MPI_Allgatherv of bytes: no roll call, MPI's own wait.
+int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, const int *counts, const int *displs);
 // hvd_mpi_roll_call_stats reads how many allgathers this process made and how many of them
 // took a roll call. Any thread may call it.
 void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called);

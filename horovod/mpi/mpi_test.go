@@ -153,21 +153,38 @@ func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
 	}
 }
 
+// allgathers are the Comm's two allgathers, the data's (blocking) and the negotiation's, in an
+// order every rank iterates alike (each is a collective).
+var allgathers = []struct {
+	name   string
+	gather func(send, recv []byte, counts []int) error
+}{
+	{"Allgatherv", func(send, recv []byte, counts []int) error { return comm.Allgatherv(send, recv, counts) }},
+	{"NegotiationAllgatherv", func(send, recv []byte, counts []int) error {
+		return comm.NegotiationAllgatherv(send, recv, counts)
+	}},
+}
+
 func TestAllgathervWithEmptyRanks(t *testing.T) {
 	topo := need(t)
-	counts := make([]int, topo.Size)
-	var want []byte
-	for r := range counts {
-		counts[r] = (r % 2) * (r + 3) // even ranks send nothing
-		want = append(want, bytes.Repeat([]byte{byte(r)}, counts[r])...)
-	}
-	send := bytes.Repeat([]byte{byte(topo.Rank)}, counts[topo.Rank])
-	recv := make([]byte, len(want))
-	if err := comm.Allgatherv(send, recv, counts); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(recv, want) {
-		t.Fatalf("gathered %v, want %v", recv, want)
+	for _, a := range allgathers {
+		// Parts below and above SleepingWaitMaxPart: the negotiation's waits differ there.
+		for _, scale := range []int{1, SleepingWaitMaxPart} {
+			counts := make([]int, topo.Size)
+			var want []byte
+			for r := range counts {
+				counts[r] = (r % 2) * (r + 3) * scale // even ranks send nothing
+				want = append(want, bytes.Repeat([]byte{byte(r)}, counts[r])...)
+			}
+			send := bytes.Repeat([]byte{byte(topo.Rank)}, counts[topo.Rank])
+			recv := make([]byte, len(want))
+			if err := a.gather(send, recv, counts); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(recv, want) {
+				t.Fatalf("%s, counts %v: gathered the wrong bytes", a.name, counts)
+			}
+		}
 	}
 }
 
@@ -195,6 +212,8 @@ func TestMisuseIsAnErrorBeforeMPI(t *testing.T) {
 		comm.Allreduce(make([]byte, 6), make([]byte, 6), backend.Float32, backend.Sum),
 		comm.Broadcast(make([]byte, 4), topo.Size),
 		comm.Allgatherv(nil, nil, []int{0}),
+		comm.NegotiationAllgatherv(nil, nil, []int{0}),
+		comm.Allgatherv(make([]byte, 4), make([]byte, 4*topo.Size), slices.Repeat([]int{5}, topo.Size)),
 	} {
 		if err == nil || !strings.HasPrefix(err.Error(), "mpi: ") {
 			t.Errorf("misuse gave %v", err)
@@ -219,10 +238,10 @@ func threadCPU(t *testing.T) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// TestAllgathervWithALatePeer gathers while the last rank arrives late, as a negotiation round
+// TestNegotiationAllgathervWithALatePeer gathers while the last rank arrives late, as a negotiation round
 // does while a peer computes: every wait (sleeping, MPI's blocking one, parts on either side of
 // SleepingWaitMaxPart) gathers the right bytes, and the sleeping wait leaves the core alone.
-func TestAllgathervWithALatePeer(t *testing.T) {
+func TestNegotiationAllgathervWithALatePeer(t *testing.T) {
 	topo := need(t)
 	if topo.Size < 2 {
 		t.Skip("needs a peer")
@@ -243,7 +262,7 @@ func TestAllgathervWithALatePeer(t *testing.T) {
 				time.Sleep(late)
 			}
 			cpu0, wall0 := threadCPU(t), time.Now()
-			if err := comm.Allgatherv(send, recv, counts); err != nil {
+			if err := comm.NegotiationAllgatherv(send, recv, counts); err != nil {
 				t.Fatal(err)
 			}
 			cpu, wall := threadCPU(t)-cpu0, time.Since(wall0)
@@ -276,7 +295,7 @@ func TestRollCallOnlyWhenARoundWaits(t *testing.T) {
 	send, recv := make([]byte, 8), make([]byte, 8*topo.Size)
 	gather := func() {
 		t.Helper()
-		if err := comm.Allgatherv(send, recv, counts); err != nil {
+		if err := comm.NegotiationAllgatherv(send, recv, counts); err != nil {
 			t.Fatal(err)
 		}
 	}

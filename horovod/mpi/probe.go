@@ -8,7 +8,10 @@ import (
 	"github.com/gorovod/gorovod/horovod/internal/peerprobe"
 )
 
-var _ backend.PeerProber = (*Comm)(nil)
+var (
+	_ backend.PeerProber = (*Comm)(nil)
+	_ backend.Negotiator = (*Comm)(nil)
+)
 
 // probeListenerNetworks names the networks MPI's TCP transport is restricted to, if it is
 // (mpirun --mca btl_tcp_if_include, or the variable itself under srun): the probes then go where
