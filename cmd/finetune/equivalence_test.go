@@ -121,13 +121,15 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 		t.Errorf("fp32: 2 ranks x batch %d differ from 1 rank x batch %d: loss by %g, weights by %g (bound 1e-5; the batch shapes differ, so rounding depends on the %s)",
 			b, 2*b, fp32.MaxLossDiff, fp32.MaxWeightDiff, testenv.CPU())
 	}
-	// fp16 rounds each gradient to 11 significant bits (relative error 2^-11); Adam's update
-	// m/sqrt(v) is scale-free, so a weight moves by at most the learning rate per step whatever
-	// the rounding. Bounds (README, Tests, `finetune`): loss within 1e-3, weights within
-	// steps x peak learning rate x 0.1.
-	if fp16.MaxLossDiff > fp16LossBound || fp16.MaxWeightDiff > steps*2e-3*fp16WeightFraction {
-		t.Errorf("fp16: loss differs by %g (bound %g), weights by %g (bound %g; %s)",
-			fp16.MaxLossDiff, fp16LossBound, fp16.MaxWeightDiff, steps*2e-3*fp16WeightFraction, testenv.CPU())
+	// fp16 rounds each gradient to 11 significant bits (relative error 2^-11). Adam's update
+	// m/sqrt(v) does not shrink with the gradient: where one is near zero the rounding can flip
+	// its sign and move that weight by several learning rates (see the mixed-precision test
+	// below), so the bound is on the mean difference over every weight, as there: within steps x
+	// peak learning rate x fp16MeanWeightFraction (6e-5; measured 6.3e-6, largest 1.6e-4, on
+	// AMX; 1.5e-3 when the 2-rank run's learning rate was 25% low). The loss within fp16LossBound.
+	if bound := steps * 2e-3 * fp16MeanWeightFraction; fp16.MaxLossDiff > fp16LossBound || fp16.MeanWeightDiff > bound {
+		t.Errorf("fp16: loss differs by %g (bound %g), weights by %g on average (bound %g; largest %g; %s)",
+			fp16.MaxLossDiff, fp16LossBound, fp16.MeanWeightDiff, bound, fp16.MaxWeightDiff, testenv.CPU())
 	}
 	if fp16.MaxWeightDiff == 0 {
 		t.Errorf("fp16 compression changed nothing: is it applied?")
@@ -135,8 +137,8 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 }
 
 const (
-	fp16LossBound      = 1e-3
-	fp16WeightFraction = 0.1
+	fp16LossBound          = 1e-3
+	fp16MeanWeightFraction = 0.005
 )
 
 // The same equivalence in mixed precision (forced: this must hold on any CPU): 1 rank x 2b
