@@ -100,3 +100,61 @@ func TestFusedBroadcastKeepsRootsApart(t *testing.T) {
 		t.Errorf("%d backend broadcasts for 4 tensors from 2 roots", got)
 	}
 }
+
+// A variable of directBroadcastMin bytes or more is broadcast on its own, straight into its
+// output, whether the variables lie apart or back to back; the small ones between them still
+// fuse. The fusion buffer never grows to hold a large one (the two copies it would cost are what
+// going alone saves).
+func TestLargeBroadcastsGoOnTheirOwn(t *testing.T) {
+	const large = directBroadcastMin / 4 // float32 elements
+	for _, flat := range []bool{false, true} {
+		hs, g := job(t, 2)
+		const root = 0
+		before := g.calls["broadcast"].Load()
+		onEveryRank(t, hs, func(h *Horovod) error {
+			// small, large, small, large, large, small: 3 large broadcasts and one of 3 small.
+			sizes := []int{256, large, 256, large, large + 1, 256}
+			values := func(rank int) [][]float32 {
+				out := make([][]float32, len(sizes))
+				for i, n := range sizes {
+					out[i] = make([]float32, n)
+					for j := range out[i] {
+						out[i][j] = float32(i*7 + j%1000 + 10000*rank)
+					}
+				}
+				return out
+			}
+			mine := values(h.Rank())
+			var buf []float32
+			if flat {
+				for _, v := range mine {
+					buf = append(buf, v...)
+				}
+			}
+			vars := make([]NamedTensor, len(sizes))
+			off := 0
+			for i, v := range mine {
+				if flat {
+					v = buf[off : off+len(v)]
+					off += len(v)
+				}
+				vars[i] = NamedTensor{Name: fmt.Sprintf("v%d", i), Tensor: mustTensor(t, []int{len(v)}, v)}
+			}
+			if err := h.BroadcastVariables(vars, root); err != nil {
+				return err
+			}
+			for i, want := range values(root) {
+				if !slices.Equal(mustValues[float32](vars[i].Tensor), want) {
+					return fmt.Errorf("%s: not the root's value", vars[i].Name)
+				}
+			}
+			if n := len(h.ctl.fusion.buf); n >= directBroadcastMin {
+				return fmt.Errorf("the fusion buffer grew to %d bytes: a large variable went through it", n)
+			}
+			return nil
+		})
+		if got := g.calls["broadcast"].Load() - before; got != 4 {
+			t.Errorf("flat %v: %d backend broadcasts, want 4 (3 large on their own, the 3 small fused)", flat, got)
+		}
+	}
+}
