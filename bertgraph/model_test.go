@@ -393,3 +393,44 @@ func TestCheckpointRoundTripIncludesOptimizerState(t *testing.T) {
 		t.Errorf("restore of a missing checkpoint: %v", err)
 	}
 }
+
+// The word embeddings' gradient is nonzero only in the rows the batch looked up (LookedUpRows'
+// promise, which the trainer's allgather of those rows rests on), in every precision: every other
+// row is exactly zero, and the looked-up rows are not all zero.
+func TestWordEmbeddingGradientIsTheLookedUpRows(t *testing.T) {
+	for _, p := range []Precision{Float32, BFloat16} {
+		m := loadFixtureIn(t, p)
+		emb, ok := m.LookedUpRows()
+		if !ok || m.Variables()[emb].Name != WordEmbeddings {
+			t.Fatalf("LookedUpRows = %d, %v: want the word embeddings", emb, ok)
+		}
+		batch := separableBatch(newRand(), 8)
+		grads := m.NewFlatTensors()
+		if _, err := m.TrainStep(batch, DropoutSeed{4, 5}, grads); err != nil {
+			t.Fatal(err)
+		}
+		looked := map[int32]bool{}
+		for _, id := range batch.InputIDs {
+			looked[id] = true
+		}
+		width := int(m.Variables()[emb].Shape[1])
+		g := grads.Parts[emb]
+		nonzero := 0
+		for row := range len(g) / width {
+			zero := true
+			for _, x := range g[row*width : (row+1)*width] {
+				zero = zero && x == 0
+			}
+			if !zero && !looked[int32(row)] {
+				t.Fatalf("%v: row %d of the word embeddings' gradient is not zero, and the batch does not look it up", p, row)
+			}
+			if !zero {
+				nonzero++
+			}
+		}
+		if nonzero < len(looked)/2 {
+			t.Errorf("%v: %d of the %d looked-up rows have a gradient", p, nonzero, len(looked))
+		}
+		m.Close()
+	}
+}

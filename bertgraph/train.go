@@ -65,6 +65,23 @@ func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTe
 	return st, nil
 }
 
+// WordEmbeddings is the Google BERT name of the vocabulary's embedding table, which the model
+// looks its input_ids up in.
+const WordEmbeddings = "bert/embeddings/word_embeddings"
+
+// LookedUpRows returns the index among Variables of the word embeddings: the variable whose
+// TrainStep gradient is nonzero only in the rows the batch's input_ids name (a lookup's gradient,
+// IndexedSlices in TensorFlow, which train_step densifies), every other row exactly zero. ok is
+// false for a model without them.
+func (m *Model) LookedUpRows() (variable int, ok bool) {
+	for i, v := range m.contract.Variables {
+		if v.Name == WordEmbeddings && len(v.Shape) == 2 {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
 // ApplyResult is what apply_gradients reports.
 type ApplyResult struct {
 	GlobalNorm float32 // of the scaled gradients (gradientScale x grads), before clipping

@@ -138,6 +138,18 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		}
 	}()
 	named := t.named(grads)
+	// With more than one rank, the word embeddings' gradient travels as the looked-up rows
+	// (lookedUpRows), the rest in the fused allreduce: with the embeddings first, as BERT's
+	// variables are, the rest still lies back to back and is reduced in place in one call.
+	var rows *lookedUpRows
+	emb, lookedUp := t.model.LookedUpRows()
+	if lookedUp && !o.SparseAsDense && t.size > 1 {
+		shape := t.model.Variables()[emb].Shape
+		rows = newLookedUpRows(int(shape[0]), int(shape[1]))
+		named = append(named[:emb:emb], named[emb+1:]...)
+		t.infof("the word embeddings' gradient (%.1f MB) travels as the rows each step's batches look up (allgather), the other %d gradients in the allreduce",
+			float64(4*len(grads.Parts[emb]))/1e6, len(named))
+	}
 
 	var curves *summaries
 	if t.rank == 0 {
@@ -195,8 +207,29 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		if err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
+		var rowIndices, rowValues *horovod.Handle
+		if rows != nil {
+			if err := rows.collect(batch.InputIDs, grads.Parts[emb]); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			indices, values := rows.tensors()
+			if rowIndices, err = t.hvd.AllgatherAsync("trainer/word_embeddings/indices", indices); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			if rowValues, err = t.hvd.AllgatherAsync("trainer/word_embeddings/rows", values); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+		}
 		if _, _, err := reducer.Reduce(named); err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
+		}
+		if rows != nil {
+			// The Reducer's results times its GradientScale are the average: the rows' sum
+			// times 1/(size x GradientScale) is what the Reducer would have returned for them.
+			scale := float32(1 / (float64(t.size) * reducer.GradientScale()))
+			if err := sumRows(rows, grads.Parts[emb], rowIndices, rowValues, scale); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
 		}
 		totalStats, err := statsPending.Wait()
 		if err != nil {
@@ -270,6 +303,19 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		}
 	}
 	return Result{Step: step, Stopped: stopped, LossScale: lossScale, Phases: phases}, nil
+}
+
+// sumRows waits for the allgathers of the looked-up rows and adds them into grad times scale.
+func sumRows(rows *lookedUpRows, grad []float32, indices, values *horovod.Handle, scale float32) error {
+	gatheredIndices, err := indices.Wait()
+	if err != nil {
+		return err
+	}
+	gatheredValues, err := values.Wait()
+	if err != nil {
+		return err
+	}
+	return rows.sum(grad, gatheredIndices, gatheredValues, scale)
 }
 
 // phaseClock charges the time since its last lap to one phase.

@@ -39,6 +39,9 @@ type Options struct {
 	// Compression is how the gradients cross the wire in the allreduce (float32, or compressed
 	// to float16 or bfloat16).
 	Compression horovod.Compression
+	// SparseAsDense allreduces the word embeddings' gradient dense with the others (Horovod's
+	// sparse_as_dense=True) instead of allgathering the rows the step's batches looked up.
+	SparseAsDense bool
 
 	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
 	// for no). The ranks agree on the request beside the step's gradients, so all of them stop

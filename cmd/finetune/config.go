@@ -60,6 +60,7 @@ type Config struct {
 	// gorovod
 	AllreduceBackend   string // auto, mpi or nccl
 	Compression        string // none, fp16 or bf16: the allreduce's wire type (--use_fp16 is fp16)
+	SparseAsDense      bool
 	SavedModel         string
 	ExportDir          string
 	Seed               int64
@@ -274,6 +275,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	// gorovod
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (each rank's GPU), or auto (nccl when every rank of a multi-rank job has a GPU and NCCL, else mpi).")
 	fs.StringVar(&c.Compression, "compression", c.Compression, "How the gradients cross the wire in the allreduce: none (float32), fp16 (Horovod's Compression.fp16, as --use_fp16) or bf16 (bfloat16: fp16's bytes, float32's range, 8 significant bits instead of 11).")
+	fs.BoolVar(&c.SparseAsDense, "sparse_as_dense", c.SparseAsDense, "Allreduce the word embeddings' gradient dense with the others (Horovod's sparse_as_dense=True) instead of allgathering the rows each step's batches look up (Horovod's default for such a gradient).")
 	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
 	fs.StringVar(&c.ExportDir, "export_dir", c.ExportDir, "Where rank 0 exports the serving SavedModel of the final weights (default output_dir/export; \"none\" skips).")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")

@@ -18,8 +18,9 @@ type timelineEvent struct {
 
 // gradientPhases trains the tiny model for 4 steps on 2 ranks with HOROVOD_TIMELINE and the
 // given flags, and returns the timeline's operation phases (name -> count) of each gradient (the
-// Reducer's gradients/*), and the dtype each gradient's ALLREDUCE carried on the wire.
-func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string]int, wire map[string]string) {
+// Reducer's gradients/*), the dtype each gradient's ALLREDUCE carried on the wire, and the
+// phases of the word embeddings' looked-up rows (trainer/word_embeddings/*).
+func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string]int, wire map[string]string, rows map[string]map[string]int) {
 	model := tinyModel(t, false)
 	data := t.TempDir()
 	writeData(t, data, 32, 4, 4)
@@ -44,21 +45,27 @@ func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string
 			tensor[e.PID] = e.Args["name"]
 		}
 	}
-	phases, wire = map[string]map[string]int{}, map[string]string{}
+	phases, wire, rows = map[string]map[string]int{}, map[string]string{}, map[string]map[string]int{}
 	for _, e := range events {
 		name := tensor[e.PID]
-		if e.Phase != "B" || !strings.HasPrefix(name, "gradients/") {
+		into := phases
+		switch {
+		case e.Phase != "B":
+			continue
+		case strings.HasPrefix(name, "trainer/word_embeddings/"):
+			into = rows
+		case !strings.HasPrefix(name, "gradients/"):
 			continue
 		}
-		if phases[name] == nil {
-			phases[name] = map[string]int{}
+		if into[name] == nil {
+			into[name] = map[string]int{}
 		}
-		phases[name][e.Name]++
+		into[name][e.Name]++
 		if e.Name == "ALLREDUCE" {
 			wire[name] = e.Args["dtype"]
 		}
 	}
-	return phases, wire
+	return phases, wire, rows
 }
 
 // The gradients lie back to back in one buffer (bertgraph.FlatTensors), so horovod must reduce
@@ -67,7 +74,7 @@ func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string
 // statistics and the stop request are tensors of their own, fused through the buffer as usual.
 func TestGradientsAreReducedInPlace(t *testing.T) {
 	const steps = 4 // 32 lines, 2 ranks, batch 4
-	phases, wire := gradientPhases(t)
+	phases, wire, _ := gradientPhases(t)
 	// The tiny model has 2 layers of 16 variables plus embeddings, pooler and classifier.
 	if len(phases) < 30 {
 		t.Fatalf("%d gradients in the timeline, want every variable's: %v", len(phases), phases)
@@ -87,7 +94,7 @@ func TestGradientsAreReducedInPlace(t *testing.T) {
 
 // --compression=bf16 really reaches the wire: every gradient's allreduce is a bfloat16 one.
 func TestBF16CompressionReachesTheWire(t *testing.T) {
-	phases, wire := gradientPhases(t, "--compression=bf16")
+	phases, wire, _ := gradientPhases(t, "--compression=bf16")
 	if len(phases) < 30 {
 		t.Fatalf("%d gradients in the timeline, want every variable's: %v", len(phases), phases)
 	}
@@ -95,5 +102,29 @@ func TestBF16CompressionReachesTheWire(t *testing.T) {
 		if wire[name] != "bfloat16" {
 			t.Errorf("%s: crossed the wire as %q, want bfloat16", name, wire[name])
 		}
+	}
+}
+
+// On 2 ranks the word embeddings' gradient leaves the allreduce: each step allgathers the rows
+// the batches looked up and their indices instead; --sparse_as_dense (Horovod's flag) puts it
+// back among the reduced gradients, as float32 in place like the others.
+func TestWordEmbeddingsTravelAsLookedUpRows(t *testing.T) {
+	const steps = 4
+	const dense = "gradients/bert/embeddings/word_embeddings"
+	phases, _, rows := gradientPhases(t)
+	if _, ok := phases[dense]; ok {
+		t.Errorf("%s is in the allreduce: %v", dense, phases[dense])
+	}
+	for _, name := range []string{"trainer/word_embeddings/indices", "trainer/word_embeddings/rows"} {
+		if n := rows[name]["MPI_ALLGATHER"]; n != steps {
+			t.Errorf("%s: allgathered %d times, want once per step (%d): %v", name, n, steps, rows)
+		}
+	}
+	phases, wire, rows := gradientPhases(t, "--sparse_as_dense")
+	if n := phases[dense]["MPI_ALLREDUCE"]; n != steps || wire[dense] != "float32" {
+		t.Errorf("--sparse_as_dense: %s reduced %d times as %q, want %d as float32", dense, n, wire[dense], steps)
+	}
+	if len(rows) != 0 {
+		t.Errorf("--sparse_as_dense: rows allgathered anyway: %v", rows)
 	}
 }

@@ -64,7 +64,8 @@ func (j *job) train() (int64, error) {
 	t, err := trainer.New(j.hvd, j.model, trainer.Options{
 		Dir: j.in.rankDir, Checkpoints: j.ckpts, SaveCheckpointsSteps: c.SaveCheckpointsSteps, InitCheckpoint: c.InitCheckpoint,
 		Schedule: sched, BatchSize: c.TrainBatchSize, Seed: c.Seed, ClipNorm: c.ClipNorm, Compression: compression,
-		Stop: j.stop.requested, Progress: j.console, Logf: j.console.logf,
+		SparseAsDense: c.SparseAsDense,
+		Stop:          j.stop.requested, Progress: j.console, Logf: j.console.logf,
 	})
 	if err != nil {
 		return 0, err

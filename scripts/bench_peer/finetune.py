@@ -6,7 +6,9 @@
 In one run, interleaved --repeats times (each configuration keeps its best rate, the run least
 disturbed by other jobs on the machine):
 1. gorovod's finetune, 1 rank and 2 ranks, 1 intra-op + 1 inter-op thread per rank, batch B per
-   rank (scripts/bench_finetune.py's runs: examples/s after the first step);
+   rank (scripts/bench_finetune.py's runs: examples/s after the first step), with
+   --sparse_as_dense: the word embeddings' gradient in the allreduce, as the Horovod side's
+   DistributedGradientTape(sparse_as_dense=True) has it;
 2. scripts/bench_peer/horovod_finetune.py under the peer virtualenv on the train.tf_record shards
    those runs wrote (the same examples on the same ranks), 1 rank, 2 ranks at Horovod's defaults,
    and 2 ranks with `--mca mpi_yield_when_idle 1`;
@@ -74,8 +76,8 @@ def main():
     rates = {k: [] for k, *_ in runs}
     bcast = {"mpi": [], "gorovod": [], "horovod": []}
     for _ in range(a.repeats):
-        rates["gorovod_1"].append(finetune(a, 1, work / "one"))
-        rates["gorovod_2"].append(finetune(a, 2, work / "two"))
+        rates["gorovod_1"].append(finetune(a, 1, work / "one", "--sparse_as_dense"))
+        rates["gorovod_2"].append(finetune(a, 2, work / "two", "--sparse_as_dense"))
         rates["horovod_1"].append(horovod(a, [work / "one/train.tf_record"])["examples_per_sec"])
         two = [work / "two/train.tf_record", work / "two/1/train.tf_record"]
         for key, args in (("horovod_2", ()), ("horovod_2_yield", ("--mca", "mpi_yield_when_idle", "1"))):
