@@ -10,7 +10,8 @@
 #   make bench-amp       --amp's speed: MiniLM's three train steps (float32, bfloat16, float16) and
 #                        float32 under Grappler's bfloat16 rewrite, in Python on one thread with a
 #                        per-op profile, then finetune float32 vs --amp=bf16 on 1 and 2 ranks
-#                        (speed-up, scaling efficiency against two independent jobs, compression)
+#                        (speed-up, scaling efficiency against two independent jobs, compression,
+#                        the word embeddings' rows against --sparse_as_dense)
 #   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
 #                        a CPU without AVX512-BF16 or AMX): both dev accuracies and their difference,
 #                        which must stay within 0.01; two full trainings, so not part of `make bench`

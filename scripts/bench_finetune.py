@@ -90,7 +90,7 @@ def main():
     p.add_argument("--compare_waits", action="store_true",
                    help="also 2 ranks with GOROVOD_MPI_WAIT=spin, without and with mpi_yield_when_idle")
     p.add_argument("--amp", action="store_true",
-                   help="float32 against --amp=bf16 on 1 and 2 ranks, two 1-rank bf16 jobs at once, and bf16 with compressed gradients")
+                   help="float32 against --amp=bf16 on 1 and 2 ranks, two 1-rank bf16 jobs at once, and bf16 with compressed gradients and with --sparse_as_dense")
     a = p.parse_args()
     work = pathlib.Path(a.work)
     if a.amp:
@@ -129,6 +129,7 @@ def amp(a, work):
         "two_alone_bf16": (1, ("--amp=bf16",)),  # two 1-rank jobs at once: the machine's ceiling
         "two_bf16_fp16_wire": (2, ("--amp=bf16", "--compression=fp16")),
         "two_bf16_bf16_wire": (2, ("--amp=bf16", "--compression=bf16")),
+        "two_bf16_dense": (2, ("--amp=bf16", "--sparse_as_dense")),
     }
     rates = {k: [] for k in runs}
     for _ in range(a.repeats):
@@ -150,6 +151,8 @@ def amp(a, work):
     print(f"  two independent 1-rank bfloat16 jobs at once: {best['two_alone_bf16']:6.2f}   "
           f"2 x one alone: {best['two_alone_bf16'] / (2 * best['one_bf16']):.2f} (the ceiling of scaling on this machine, "
           f"no allreduce); 2 ranks / them: {best['two_bf16'] / best['two_alone_bf16']:.2f}")
+    print(f"  2 ranks bfloat16, --sparse_as_dense (the word embeddings' 47 MB in the allreduce instead of "
+          f"their looked-up rows allgathered): {best['two_bf16_dense']:6.2f}   rows / dense {best['two_bf16'] / best['two_bf16_dense']:.2f}x")
     for k, wire in (("two_bf16_fp16_wire", "fp16"), ("two_bf16_bf16_wire", "bf16")):
         print(f"  2 ranks bfloat16, --compression={wire}: {best[k]:6.2f}   against float32 on the wire "
               f"{best[k] / best['two_bf16']:.2f}x")
