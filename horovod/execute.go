@@ -134,10 +134,10 @@ func (c *controller) execute(responses []*response) error {
 // directBroadcastMin is the size from which a broadcast goes on its own, straight into its
 // output, instead of fused with others: through the fusion buffer a tensor costs two copies on
 // the critical path (the root's in, then the others' out), more than a call of its own from
-// about this size (MiniLM's 105 variables apart in memory, 2 ranks: 47 ms fused, 19-21 ms with the 39 large
-// tensors on their own). The choice rests on sizes alone, the same on every rank; where the
-// tensors lie in memory (back to back or not) differs between ranks and must not change which
-// calls a rank makes.
+// about this size (MiniLM's 105 variables apart in memory, 2 ranks: 47 ms fused, 19-21 ms with
+// the 39 large ones on their own). The choice rests on sizes alone, the same on every rank;
+// where the tensors lie in memory (back to back or not) differs between ranks and must not
+// change which calls a rank makes.
 const directBroadcastMin = 256 << 10
 
 func fusable(a, b *response) bool {

@@ -10,9 +10,10 @@ import (
 // batch looked up, the way Horovod allgathers an IndexedSlices gradient (its default,
 // sparse_as_dense=False), instead of in the dense allreduce: a batch of 16 x 128 tokens names at
 // most 2,048 of MiniLM's 30,522 rows (IMDB's: 700-800), so about 1.2 MB per rank travels instead
-// of 47 MB, half of the model's gradients. The sums are the same: every other row of every rank's gradient is
-// exactly zero (bertgraph.Model.LookedUpRows), so adding the gathered rows into a zeroed gradient
-// is the allreduce's sum with the zeros left out.
+// of 47 MB, half of the model's gradients. The sums are the same: every other row of every rank's
+// gradient is exactly zero (bertgraph.Model.LookedUpRows), so adding the gathered rows into a
+// zeroed gradient is the allreduce's sum with the zeros left out. The rows travel as float32
+// whatever the allreduce's compression: they are too few for it to matter.
 type lookedUpRows struct {
 	rows, width int
 	seen        []bool    // per vocabulary row: in this step's indices

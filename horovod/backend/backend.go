@@ -194,7 +194,7 @@ type RollCall interface {
 // before its peers (they are still computing), and the watchdog wants to know who has entered one
 // that stalls (RollCall). A wait fit for them (MPI: a nonblocking allgather, tested with sleeps
 // in between, keeping a roll call) slows down a data allgather, which every rank enters once
-// negotiation has agreed on it (MPI: 2x at 1 MiB per rank against its blocking allgather).
+// negotiation has agreed on it (MPI, 2 ranks: 1.5x the blocking allgather's time at 1 MiB per rank).
 // horovod negotiates through NegotiationAllgatherv when the control Backend has it, through
 // Allgatherv otherwise; its contract is Allgatherv's.
 type Negotiator interface {
