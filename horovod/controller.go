@@ -363,11 +363,7 @@ const negotiationRound = "negotiation allgather"
 
 // negotiationAllgatherv is the control backend's allgather, for exchange, under the watchdog's eye.
 func (c *controller) negotiationAllgatherv(send, recv []byte, counts []int) error {
-	gather := c.control.Allgatherv
-	if n, ok := c.control.(backend.Negotiator); ok {
-		gather = n.NegotiationAllgatherv
-	}
-	return c.busy(negotiationRound, func() error { return gather(send, recv, counts) })
+	return c.busy(negotiationRound, func() error { return backend.ControlAllgatherv(c.control, send, recv, counts) })
 }
 
 // busy runs one backend call under the watchdog's eye.

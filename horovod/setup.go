@@ -45,7 +45,7 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 		return errors.Join(fmt.Errorf("horovod: rank %d: agreeing on Init with the other ranks (%s): %w", topo.Rank, step, err), localErr)
 	}
 	lengths := make([]byte, 4*topo.Size)
-	if err := control.Allgatherv(binary.LittleEndian.AppendUint32(nil, uint32(len(text))), lengths, slices.Repeat([]int{4}, topo.Size)); err != nil {
+	if err := backend.ControlAllgatherv(control, binary.LittleEndian.AppendUint32(nil, uint32(len(text))), lengths, slices.Repeat([]int{4}, topo.Size)); err != nil {
 		return fail("error lengths", err)
 	}
 	counts := make([]int, topo.Size)
@@ -58,7 +58,7 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 		return nil
 	}
 	texts := make([]byte, total)
-	if err := control.Allgatherv(text, texts, counts); err != nil {
+	if err := backend.ControlAllgatherv(control, text, texts, counts); err != nil {
 		return fail("error texts", err)
 	}
 	e := &SetupError{Rank: topo.Rank, local: localErr}

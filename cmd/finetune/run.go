@@ -195,7 +195,12 @@ func (j *job) setup() error {
 		}
 	}
 	if err == nil && failed != nil {
+		// Said now too: the failed ranks exit as soon as they know, and mpirun then ends this
+		// one, whose model and horovod would otherwise close first (a slower machine lost the
+		// message that way).
 		err = fmt.Errorf("rank(s) %s could not start (see their errors); stopping before training", strings.Join(failed, ", "))
+		j.console.errorf("%v", err)
+		err = errReported{err}
 	}
 	for _, row := range perRank {
 		if err == nil && row[0] < 0 {

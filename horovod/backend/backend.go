@@ -195,11 +195,21 @@ type RollCall interface {
 // that stalls (RollCall). A wait fit for them (MPI: a nonblocking allgather, tested with sleeps
 // in between, keeping a roll call) slows down a data allgather, which every rank enters once
 // negotiation has agreed on it (MPI, 2 ranks: 1.5x the blocking allgather's time at 1 MiB per rank).
-// horovod negotiates through NegotiationAllgatherv when the control Backend has it, through
-// Allgatherv otherwise; its contract is Allgatherv's.
+// horovod's control exchanges (its negotiation rounds, and the agreements of Init and of a data
+// backend's Opener on which ranks could set up) go through NegotiationAllgatherv when the control
+// Backend has it (ControlAllgatherv), through Allgatherv otherwise; its contract is Allgatherv's.
 type Negotiator interface {
 	Backend
 	NegotiationAllgatherv(send, recv []byte, counts []int) error
+}
+
+// ControlAllgatherv is b's allgather for a control exchange: NegotiationAllgatherv where b is a
+// Negotiator, Allgatherv otherwise.
+func ControlAllgatherv(b Backend, send, recv []byte, counts []int) error {
+	if n, ok := b.(Negotiator); ok {
+		return n.NegotiationAllgatherv(send, recv, counts)
+	}
+	return b.Allgatherv(send, recv, counts)
 }
 
 // PeerProber is implemented by a Backend that can try to reach its peers over the network

@@ -205,7 +205,7 @@ func failedRanks(control backend.Backend, topo backend.Topology, localErr error)
 	}
 	all := make([]byte, topo.Size)
 	counts := slices.Repeat([]int{1}, topo.Size)
-	if err := control.Allgatherv(status, all, counts); err != nil {
+	if err := backend.ControlAllgatherv(control, status, all, counts); err != nil {
 		return nil, errors.Join(fmt.Errorf("ncclbackend: agreeing on setup: %w", err), localErr)
 	}
 	var failed []int
