@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/fp16"
+	"github.com/gorovod/gorovod/horovod/mpi"
 )
 
 var (
@@ -408,6 +410,31 @@ func TestMatchesRawMPI(t *testing.T) {
 			if string(joined) != string(raw[key]) {
 				t.Errorf("%s: fused horovod and MPI_Allreduce differ", key)
 			}
+		}
+	}
+}
+
+// TestLargeAllreduceInChunksMatchesOneMPICall: horovod's allreduce of a tensor longer than the MPI
+// backend's chunk takes the chunked path (the backend's MPI_Allreduce calls counted, every rank
+// alike) and gives the bytes of one MPI_Allreduce over the whole tensor (integer-valued floats:
+// exact in any order), into a new result and into a caller's Output.
+func TestLargeAllreduceInChunksMatchesOneMPICall(t *testing.T) {
+	if raw == nil {
+		t.Skip("raw MPI reference needs mpirun")
+	}
+	in := horovod.Tensor{DType: backend.Float32, Shape: []int{largeN}, Data: rawInput(backend.Float32, hvd.Rank(), largeN)}
+	calls := uint64((len(in.Data) + mpi.AllreduceChunk - 1) / mpi.AllreduceChunk)
+	for _, o := range []horovod.AllreduceOptions{{Op: horovod.Sum}, {Op: horovod.Sum, Output: make([]byte, len(in.Data))}} {
+		before := world.AllreduceCalls()
+		got, err := hvd.Allreduce("large", in, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := world.AllreduceCalls() - before; n != calls {
+			t.Errorf("output given %v: %d MPI_Allreduce calls for %d bytes, want %d", o.Output != nil, n, len(in.Data), calls)
+		}
+		if !bytes.Equal(got.Data, raw[largeKey]) {
+			t.Errorf("output given %v: horovod's chunked allreduce and one MPI_Allreduce differ", o.Output != nil)
 		}
 	}
 }

@@ -19,6 +19,8 @@ var (
 	// raw holds MPI_Allreduce's own results for rawInput, by "dtype/op", computed before horovod
 	// starts; nil outside mpirun.
 	raw map[string][]byte
+	// world is the MPI backend horovod runs on; nil outside mpirun.
+	world *mpi.Comm
 	// hosts is the hostname each rank sees, by rank, gathered with raw MPI before horovod starts:
 	// the reference for horovod's local and cross ranks. Nil outside mpirun.
 	hosts []string
@@ -47,6 +49,7 @@ func TestMain(m *testing.M) {
 			comm, err = mpi.Open(backend.DriverConfig{Wait: settings.MPIWait})
 		}
 		if err == nil {
+			world = comm
 			if err = rawReferences(comm); err == nil {
 				hvd, err = horovod.Init(horovod.WithBackend(comm))
 			}
@@ -101,8 +104,19 @@ func rawReferences(comm *mpi.Comm) error {
 			raw[dt.String()+"/"+op.String()] = out
 		}
 	}
-	return nil
+	// One call over more than two of the backend's chunks (mpi.AllreduceChunk), which horovod's
+	// allreduce of the same tensor splits.
+	in := rawInput(backend.Float32, rank, largeN)
+	out := make([]byte, len(in))
+	comm.Do(func() { err = rawmpi.Allreduce(in, out, backend.Float32, backend.Sum) })
+	raw[largeKey] = out
+	return err
 }
+
+// largeKey is raw's entry for a float32 sum of largeN elements.
+const largeKey = "large"
+
+var largeN = (2*mpi.AllreduceChunk + 4096) / 4
 
 // hostnameSlot bounds a hostname (HOST_NAME_MAX is 64 on Linux).
 const hostnameSlot = 256

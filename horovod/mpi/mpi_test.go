@@ -153,6 +153,82 @@ func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
 	}
 }
 
+// TestLargeAllreduceGoesInChunks: an allreduce longer than AllreduceChunk is several MPI calls,
+// of whole elements, and still every element's reduction: int64 and float16 (MPI's built-in sum
+// and horovod's own operator) of lengths that end mid-chunk, in place and not. The values are
+// small integers, exact in any order of summation in both types.
+func TestLargeAllreduceGoesInChunks(t *testing.T) {
+	topo := need(t)
+	value := func(i int) int { return (i*7+topo.Rank*3)%11 - 5 }
+	want := func(i int) int {
+		sum := 0
+		for r := range topo.Size {
+			sum += (i*7+r*3)%11 - 5
+		}
+		return sum
+	}
+	f16 := sixteenBits[0]
+	for _, c := range []struct {
+		dt     backend.DType
+		n      int // elements
+		encode func(vals []int) []byte
+		decode func(b []byte) []int
+	}{
+		{backend.Int64, 2*AllreduceChunk/8 + 3, func(vals []int) []byte {
+			b := make([]byte, 8*len(vals))
+			for i, v := range vals {
+				binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+			}
+			return b
+		}, func(b []byte) []int {
+			out := make([]int, len(b)/8)
+			for i := range out {
+				out[i] = int(int64(binary.LittleEndian.Uint64(b[8*i:])))
+			}
+			return out
+		}},
+		{backend.Float16, AllreduceChunk/2 + 1, func(vals []int) []byte {
+			fs := make([]float32, len(vals))
+			for i, v := range vals {
+				fs[i] = float32(v)
+			}
+			return f16.encode(fs...)
+		}, func(b []byte) []int {
+			fs := f16.decode(b)
+			out := make([]int, len(fs))
+			for i, v := range fs {
+				out[i] = int(v)
+			}
+			return out
+		}},
+	} {
+		calls := (c.n*c.dt.Size() + AllreduceChunk - 1) / AllreduceChunk
+		vals := make([]int, c.n)
+		for i := range vals {
+			vals[i] = value(i)
+		}
+		for _, inPlace := range []bool{false, true} {
+			in := c.encode(vals)
+			out := in
+			if !inPlace {
+				out = make([]byte, len(in))
+			}
+			before := comm.AllreduceCalls()
+			if err := comm.Allreduce(in, out, c.dt, backend.Sum); err != nil {
+				t.Fatal(err)
+			}
+			if got := comm.AllreduceCalls() - before; got != uint64(calls) {
+				t.Errorf("%v, %d elements (in place %v): %d MPI_Allreduce calls, want %d", c.dt, c.n, inPlace, got, calls)
+			}
+			for i, v := range c.decode(out) {
+				if v != want(i) {
+					t.Fatalf("%v, %d elements (in place %v): element %d is %d, want %d", c.dt, c.n, inPlace, i, v, want(i))
+				}
+			}
+		}
+	}
+}
+
 // allgathers are the Comm's two allgathers, the data's (blocking) and the negotiation's, in an
 // order every rank iterates alike (each is a collective).
 var allgathers = []struct {
