@@ -104,8 +104,8 @@ func rawReferences(comm *mpi.Comm) error {
 			raw[dt.String()+"/"+op.String()] = out
 		}
 	}
-	// One call over more than two of the backend's chunks (mpi.AllreduceChunk), which horovod's
-	// allreduce of the same tensor splits.
+	// One call over more than two of the MPI backend's chunks on one machine
+	// (mpi.SharedMemoryAllreduceChunk), which horovod's allreduce of the same tensor splits there.
 	in := rawInput(backend.Float32, rank, largeN)
 	out := make([]byte, len(in))
 	comm.Do(func() { err = rawmpi.Allreduce(in, out, backend.Float32, backend.Sum) })
@@ -116,7 +116,7 @@ func rawReferences(comm *mpi.Comm) error {
 // largeKey is raw's entry for a float32 sum of largeN elements.
 const largeKey = "large"
 
-var largeN = (2*mpi.AllreduceChunk + 4096) / 4
+const largeN = (2*mpi.SharedMemoryAllreduceChunk + 4096) / 4
 
 // hostnameSlot bounds a hostname (HOST_NAME_MAX is 64 on Linux).
 const hostnameSlot = 256

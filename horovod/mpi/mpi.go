@@ -97,7 +97,8 @@ type Comm struct {
 	serving atomic.Bool
 	// wait: how a rank early in a small allgather waits for its peers.
 	wait backend.Wait
-	// allreduceCalls counts MPI_Allreduce calls (AllreduceCalls).
+	// allreduceChunk: see AllreduceChunk. allreduceCalls counts MPI_Allreduce calls (AllreduceCalls).
+	allreduceChunk int
 	allreduceCalls atomic.Uint64
 	// probeListener answers the peers' probes; peers are where to probe them (probe.go).
 	probeListener *peerprobe.Listener
@@ -147,6 +148,9 @@ func (c *Comm) serve(ready chan<- error) {
 		Rank: int(t.rank), Size: int(t.size),
 		LocalRank: int(t.local_rank), LocalSize: int(t.local_size),
 		CrossRank: int(t.cross_rank), CrossSize: int(t.cross_size),
+	}
+	if c.topo.LocalSize == c.topo.Size {
+		c.allreduceChunk = SharedMemoryAllreduceChunk
 	}
 	ready <- nil
 	for f := range c.calls {
@@ -219,18 +223,21 @@ func ptr(b []byte) unsafe.Pointer {
 	return unsafe.Pointer(&b[0])
 }
 
-// AllreduceChunk is the most bytes one MPI_Allreduce call reduces: a larger allreduce goes as
-// several calls, each over the next AllreduceChunk bytes (rounded down to whole elements).
-// OpenMPI 4.1 over shared memory reduces a large buffer faster that way than in one call: on the
-// 2-core Xeon, 2 ranks, 64 MiB of float32 took 46 ms in one call and 30 ms in 4 MiB calls (in
-// place 36 -> 21 ms; 256 MiB 173 -> 127 ms; 3 ranks, 64 MiB 125 -> 87 ms), under every one of its
-// allreduce algorithms that is ever chosen for such sizes (coll_tuned_allreduce_algorithm 3-6;
-// the two simplest, 1 and 2, gain little), while 16 MiB and less takes as long either way and
-// 1 MiB calls begin to lose at 16 MiB. The split depends on the length only, so every rank makes
-// the same calls.
-const AllreduceChunk = 4 << 20
+// SharedMemoryAllreduceChunk is the most bytes one MPI_Allreduce call reduces when every rank
+// runs on this machine: a larger allreduce goes as several calls, each over the next chunk
+// (rounded down to whole elements). OpenMPI 4.1 over shared memory reduces a large buffer faster
+// that way than in one call: on the 2-core Xeon, 2 ranks, 64 MiB of float32 took 46 ms in one
+// call and 30 ms in 4 MiB calls (in place 36 -> 21 ms; 256 MiB 173 -> 127 ms; 3 ranks, 64 MiB
+// 125 -> 87 ms), under each of its allreduce algorithms that it picks for such sizes
+// (coll_tuned_allreduce_algorithm 3-6; the two simplest, 1 and 2, gain little), while 16 MiB and
+// less takes as long either way and 1 MiB calls begin to lose at 16 MiB. Between machines over
+// TCP the same calls are slower (2 simulated machines at 1 Gbit/s: 64 MiB 0.59 s in one call,
+// 1.06 s in 4 MiB calls), so a job on several machines makes one call. Every rank decides alike:
+// on the length and the job's layout only.
+const SharedMemoryAllreduceChunk = 4 << 20
 
-// Allreduce reduces in calls of at most AllreduceChunk bytes; a send aliasing recv is MPI_IN_PLACE.
+// Allreduce reduces in calls of at most 2^31-1 elements, and of AllreduceChunk bytes when that is
+// set; a send aliasing recv is MPI_IN_PLACE.
 func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	es := dt.Size()
 	if es == 0 {
@@ -241,7 +248,10 @@ func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceO
 	}
 	inPlace := len(send) > 0 && &send[0] == &recv[0]
 	for off := 0; off < len(recv); {
-		n := min((len(recv)-off)/es, max(1, AllreduceChunk/es))
+		n := min((len(recv)-off)/es, maxCount)
+		if c.allreduceChunk > 0 {
+			n = min(n, max(1, c.allreduceChunk/es))
+		}
 		s, r := send[off:off+n*es], recv[off:off+n*es]
 		if inPlace {
 			s = r
@@ -361,6 +371,11 @@ func (c *Comm) RollCalls() (allgathers, called uint64) {
 	C.hvd_mpi_roll_call_stats(&a, &n)
 	return uint64(a), uint64(n)
 }
+
+// AllreduceChunk is the most bytes one of Allreduce's MPI_Allreduce calls reduces: 4 MiB when
+// every rank of the job runs on this machine (see SharedMemoryAllreduceChunk), 0 (no limit but
+// MPI's count) otherwise.
+func (c *Comm) AllreduceChunk() int { return c.allreduceChunk }
 
 // AllreduceCalls is how many MPI_Allreduce calls this process has made through Allreduce (several
 // per allreduce longer than AllreduceChunk).

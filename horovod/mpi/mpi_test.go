@@ -153,8 +153,9 @@ func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
 	}
 }
 
-// TestLargeAllreduceGoesInChunks: an allreduce longer than AllreduceChunk is several MPI calls,
-// of whole elements, and still every element's reduction: int64 and float16 (MPI's built-in sum
+// TestLargeAllreduceGoesInChunks: on one machine an allreduce longer than AllreduceChunk is
+// several MPI calls, of whole elements (on several machines, one call), and still every element's
+// reduction: int64 and float16 (MPI's built-in sum
 // and horovod's own operator) of lengths that end mid-chunk, in place and not. The values are
 // small integers, exact in any order of summation in both types.
 func TestLargeAllreduceGoesInChunks(t *testing.T) {
@@ -174,7 +175,7 @@ func TestLargeAllreduceGoesInChunks(t *testing.T) {
 		encode func(vals []int) []byte
 		decode func(b []byte) []int
 	}{
-		{backend.Int64, 2*AllreduceChunk/8 + 3, func(vals []int) []byte {
+		{backend.Int64, 2*SharedMemoryAllreduceChunk/8 + 3, func(vals []int) []byte {
 			b := make([]byte, 8*len(vals))
 			for i, v := range vals {
 				binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
@@ -187,7 +188,7 @@ func TestLargeAllreduceGoesInChunks(t *testing.T) {
 			}
 			return out
 		}},
-		{backend.Float16, AllreduceChunk/2 + 1, func(vals []int) []byte {
+		{backend.Float16, SharedMemoryAllreduceChunk/2 + 1, func(vals []int) []byte {
 			fs := make([]float32, len(vals))
 			for i, v := range vals {
 				fs[i] = float32(v)
@@ -202,7 +203,10 @@ func TestLargeAllreduceGoesInChunks(t *testing.T) {
 			return out
 		}},
 	} {
-		calls := (c.n*c.dt.Size() + AllreduceChunk - 1) / AllreduceChunk
+		calls := 1
+		if chunk := comm.AllreduceChunk(); chunk > 0 {
+			calls = (c.n*c.dt.Size() + chunk - 1) / chunk
+		}
 		vals := make([]int, c.n)
 		for i := range vals {
 			vals[i] = value(i)
