@@ -63,7 +63,7 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 			case "allreduce_sum", "allreduce_average":
 				send, recv := make([]byte, size), make([]byte, size)
 				comm.Do(func() {
-					raw, err = rawmpi.TimeAllreduce(send, recv, horovod.Float32, what == "allreduce_average", *batches, iters)
+					raw, err = rawmpi.TimeAllreduce(send, recv, horovod.Float32, what == "allreduce_average", 0, *batches, iters)
 				})
 			case "allgather":
 				recv := make([]byte, size*comm.Topology().Size)

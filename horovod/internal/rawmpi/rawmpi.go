@@ -37,13 +37,15 @@ static int raw_allreduce(const void *send, void *recv, int count, int dtype, int
 // raw_time runs batches of iters calls of one collective, each batch after a barrier, and returns
 // the slowest rank's best batch mean in seconds per call (the best batch filters out interference
 // from other load). kind: 0 allreduce sum from send into recv (in place when they are the same
-// buffer); 1 the same, then every float of recv multiplied by 1/size (an average, as a framework
-// computes it from MPI's sum); 2 allgather of count bytes from every rank into recv; 3 broadcast
-// of count bytes of recv from rank 0.
-static double raw_time(int kind, void *send, void *recv, int count, int dtype, int batches, int iters) {
-	const void *src = send == recv ? MPI_IN_PLACE : send;
-	int size;
+// buffer), as MPI_Allreduce calls of at most chunk elements each (all of them in one call when
+// chunk is 0); 1 the same, then every float of recv multiplied by 1/size (an average, as a
+// framework computes it from MPI's sum); 2 allgather of count bytes from every rank into recv; 3
+// broadcast of count bytes of recv from rank 0.
+static double raw_time(int kind, void *send, void *recv, int count, int dtype, int chunk, int batches, int iters) {
+	int inplace = send == recv, size, esize = 1;
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	if (kind <= 1) MPI_Type_size(raw_type(dtype), &esize);
+	if (chunk <= 0 || chunk > count) chunk = count;
 	double best = 1e300;
 	for (int b = 0; b < batches; b++) {
 		MPI_Barrier(MPI_COMM_WORLD);
@@ -52,7 +54,11 @@ static double raw_time(int kind, void *send, void *recv, int count, int dtype, i
 			switch (kind) {
 			case 0:
 			case 1:
-				MPI_Allreduce(src, recv, count, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+				for (int off = 0; off < count; off += chunk) {
+					int n = count - off < chunk ? count - off : chunk;
+					char *r = (char *)recv + (size_t)off * esize;
+					MPI_Allreduce(inplace ? MPI_IN_PLACE : (char *)send + (size_t)off * esize, r, n, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+				}
 				if (kind == 1) {
 					float *v = recv, f = 1.0f / size;
 					for (int j = 0; j < count; j++) v[j] *= f;
@@ -101,11 +107,12 @@ func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	return nil
 }
 
-// TimeAllreduce is the seconds one MPI_Allreduce sum from send into recv takes (MPI_IN_PLACE when
-// they are the same slice), followed when average is set by a multiplication of every float32 of
-// recv by 1/size: the best of batches batches of iters calls made back to back in C, each batch
+// TimeAllreduce is the seconds an MPI_Allreduce sum from send into recv takes (MPI_IN_PLACE when
+// they are the same slice), as one call, or when chunk > 0 as calls of at most chunk bytes each
+// (whole elements), followed when average is set by a multiplication of every float32 of recv by
+// 1/size: the best of batches batches of iters such allreduces made back to back in C, each batch
 // timed as a mean; the slowest rank's figure, the same on every rank.
-func TimeAllreduce(send, recv []byte, dt backend.DType, average bool, batches, iters int) (float64, error) {
+func TimeAllreduce(send, recv []byte, dt backend.DType, average bool, chunk, batches, iters int) (float64, error) {
 	if err := supported(dt); err != nil {
 		return 0, err
 	}
@@ -120,7 +127,7 @@ func TimeAllreduce(send, recv []byte, dt backend.DType, average bool, batches, i
 		kind = 1
 	}
 	return float64(C.raw_time(C.int(kind), unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()),
-		C.int(dt), C.int(batches), C.int(iters))), nil
+		C.int(dt), C.int(chunk/dt.Size()), C.int(batches), C.int(iters))), nil
 }
 
 // TimeAllgather is TimeAllreduce for MPI_Allgather of send (the same length on every rank) into
@@ -129,7 +136,7 @@ func TimeAllgather(send, recv []byte, batches, iters int) (float64, error) {
 	if len(send) == 0 || len(recv)%len(send) != 0 {
 		return 0, fmt.Errorf("rawmpi: timing an allgather of %d bytes into %d", len(send), len(recv))
 	}
-	return float64(C.raw_time(2, unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)), 0,
+	return float64(C.raw_time(2, unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)), 0, 0,
 		C.int(batches), C.int(iters))), nil
 }
 
@@ -138,6 +145,6 @@ func TimeBroadcast(buf []byte, batches, iters int) (float64, error) {
 	if len(buf) == 0 {
 		return 0, fmt.Errorf("rawmpi: timing a broadcast of 0 bytes")
 	}
-	return float64(C.raw_time(3, unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), C.int(len(buf)), 0,
+	return float64(C.raw_time(3, unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), C.int(len(buf)), 0, 0,
 		C.int(batches), C.int(iters))), nil
 }
