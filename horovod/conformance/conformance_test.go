@@ -414,10 +414,11 @@ func TestMatchesRawMPI(t *testing.T) {
 	}
 }
 
-// TestLargeAllreduceInChunksMatchesOneMPICall: horovod's allreduce of a tensor longer than the MPI
-// backend's chunk on one machine takes the chunked path (the backend's MPI_Allreduce calls counted, every rank
-// alike) and gives the bytes of one MPI_Allreduce over the whole tensor (integer-valued floats:
-// exact in any order), into a new result and into a caller's Output.
+// TestLargeAllreduceInChunksMatchesOneMPICall: on one machine, horovod's allreduce of a tensor
+// longer than the MPI backend's chunk takes the chunked path (the backend's MPI_Allreduce calls
+// counted; one call on several machines), and it gives the bytes of one MPI_Allreduce over the
+// whole tensor (integer-valued floats: exact in any order), into a new result and into a
+// caller's Output.
 func TestLargeAllreduceInChunksMatchesOneMPICall(t *testing.T) {
 	if raw == nil {
 		t.Skip("raw MPI reference needs mpirun")

@@ -153,11 +153,11 @@ func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
 	}
 }
 
-// TestLargeAllreduceGoesInChunks: on one machine an allreduce longer than AllreduceChunk is
-// several MPI calls, of whole elements (on several machines, one call), and still every element's
-// reduction: int64 and float16 (MPI's built-in sum
-// and horovod's own operator) of lengths that end mid-chunk, in place and not. The values are
-// small integers, exact in any order of summation in both types.
+// TestLargeAllreduceGoesInChunks: on one machine an allreduce longer than
+// SharedMemoryAllreduceChunk is several MPI calls, of whole elements (on several machines, one
+// call), and still every element's reduction: int64 and float16 (MPI's built-in sum and
+// horovod's own operator) of lengths that end mid-chunk, in place and not. The values are small
+// integers, exact in any order of summation in both types.
 func TestLargeAllreduceGoesInChunks(t *testing.T) {
 	topo := need(t)
 	value := func(i int) int { return (i*7+topo.Rank*3)%11 - 5 }
