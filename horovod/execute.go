@@ -124,6 +124,9 @@ func (c *controller) execute(responses []*response) error {
 			}
 			return err
 		}
+		// The batch's requests are complete; stale pointers left past the slice's length would
+		// keep their inputs and results alive until a later batch overwrites them.
+		clear(c.executing)
 		for _, done := range batch {
 			c.timeline.done(done.spec.name)
 		}
@@ -175,7 +178,7 @@ func (c *controller) operand(s *spec) operand {
 	}
 	op.input, op.output = op.req.input, op.req.output
 	if op.output == nil {
-		op.output = make([]byte, s.bytes())
+		op.output = c.h.results.get(s.bytes()) // all of it written: reduced into or broadcast
 	}
 	return op
 }
@@ -369,9 +372,12 @@ func (c *controller) allgather(batch []*response) error {
 	counts := make([]int, c.size) // bytes each rank sends: its rows of every tensor
 	for i, r := range batch {
 		reqs[i] = c.take(r.spec.name)
-		if n := gatheredBytes(r); reqs[i] != nil && len(reqs[i].output) == n && n > 0 {
+		switch n := gatheredBytes(r); {
+		case reqs[i] != nil && len(reqs[i].output) == n && n > 0:
 			outs[i] = reqs[i].output // AllgatherInto's buffer
-		} else {
+		case reqs[i] != nil && reqs[i].output == nil:
+			outs[i] = c.h.results.get(n) // all of it written: every rank's rows
+		default:
 			outs[i] = make([]byte, n)
 		}
 		names[i] = r.spec.name

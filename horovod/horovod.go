@@ -56,6 +56,8 @@ type Horovod struct {
 	closeErr error
 	// hostFallback logs, once, that the data backend could not lend host memory for an arena.
 	hostFallback sync.Once
+	// results is the memory of new results, recycled through Release.
+	results resultPool
 
 	// workers is how many goroutines one large host-memory pass (fp16 compression, scaling,
 	// the fusion buffer's copies) may use: this process's share of the machine's cores.

@@ -4,10 +4,11 @@
 
 Each FILE holds lines `implementation<TAB>collective<TAB>bytes<TAB>seconds` (gorovod's bench with
 -peer prints raw MPI's and gorovod's, horovod_collectives.py Horovod's). gorovod's figures are for a
-new result per call, as Horovod's ops return, and ("reused") into a buffer the caller reuses
-(allreduce's `Output`, `AllgatherInto`) or in place (broadcast: `BroadcastVariables`). Ratios are
-Horovod's time over gorovod's (above 1: gorovod faster) and gorovod's over raw MPI's (1: at the MPI
-limit).
+new result per call, as Horovod's ops return, left to the garbage collector ("new") or given back
+with `Release` ("released", as dropping a TensorFlow tensor gives Horovod's output back to TF's
+allocator), and ("reused") into a buffer the caller reuses (allreduce's `Output`, `AllgatherInto`)
+or in place (broadcast: `BroadcastVariables`). Ratios are Horovod's time over gorovod's (above 1:
+gorovod faster) and gorovod's over raw MPI's (1: at the MPI limit), each for new, released, reused.
 """
 
 import sys
@@ -47,17 +48,19 @@ def main():
                     order.append((what, size))
                 figures[impl, what, size] = secs
     print(f"{ranks} ranks, float32, time per call (slowest rank's best batch)")
-    print(f"  {'collective':<24}{'size':>9}{'raw MPI':>11}{'Horovod':>11}{'gorovod':>11}"
-          f"{'reused':>11}{'Horovod/gorovod':>17}{'  (reused)':>10}{'gorovod/MPI':>13}{'  (reused)':>10}")
+    print(f"  {'collective':<24}{'size':>9}{'raw MPI':>11}{'Horovod':>11}{'new':>11}{'released':>11}"
+          f"{'reused':>11}{'Horovod/gorovod':>24}{'gorovod/MPI':>24}")
 
     def ratio(a, b):
         return f"{a / b:.2f}" if a and b else "-"
 
     for what, size in sorted(order, key=lambda k: (k[1], order.index(k))):
-        raw, hv, go, reused = (figures.get((impl, what, size))
-                               for impl in ("mpi", "horovod", "gorovod", "gorovod_reused"))
-        print(f"  {what:<24}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}{dur(go):>11}{dur(reused):>11}"
-              f"{ratio(hv, go):>17}{ratio(hv, reused):>10}{ratio(go, raw):>13}{ratio(reused, raw):>10}")
+        raw, hv, *ours = (figures.get((impl, what, size))
+                          for impl in ("mpi", "horovod", "gorovod", "gorovod_released", "gorovod_reused"))
+        vs_horovod = ", ".join(ratio(hv, g) for g in ours)
+        vs_mpi = ", ".join(ratio(g, raw) for g in ours)
+        print(f"  {what:<24}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}"
+              f"{''.join(f'{dur(g):>11}' for g in ours)}{vs_horovod:>24}{vs_mpi:>24}")
 
 
 if __name__ == "__main__":

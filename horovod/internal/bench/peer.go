@@ -40,9 +40,10 @@ func parseSizes(list string) ([]int, error) {
 func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 
 // runPeer times, for every size, each of peerCollectives through gorovod's general API (one
-// tensor per call, a new result, as Horovod's TensorFlow ops return; and, as gorovod_reused,
-// into a buffer the caller reuses (AllreduceOptions.Output, AllgatherInto) or in place
-// (BroadcastVariables)) and, where MPI has the operation,
+// tensor per call, a new result, as Horovod's TensorFlow ops return; as gorovod_released, a new
+// result given back with Release after each call; and, as gorovod_reused, into a buffer the
+// caller reuses (AllreduceOptions.Output, AllgatherInto) or in place (BroadcastVariables)) and,
+// where MPI has the operation,
 // raw MPI; rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 func runPeer(comm *mpi.Comm, sizes []int) {
@@ -83,27 +84,32 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				log.Fatal(err)
 			}
 			rank = hvd.Rank()
-			var call func() error
+			// call makes one call into a new result; with release set it gives the result back
+			// (Release), as dropping a TensorFlow tensor gives Horovod's output to TF's allocator.
+			var call func(release bool) error
 			switch what {
 			case "allreduce_sum", "allreduce_average":
 				o := horovod.AllreduceOptions{Op: horovod.Sum}
 				if what == "allreduce_average" {
 					o.Op = horovod.Average
 				}
-				call = func() error { _, err := hvd.Allreduce("t", x, o); return err }
+				call = func(release bool) error { return released(hvd, release)(hvd.Allreduce("t", x, o)) }
 			case "allreduce_average_fp16":
 				red, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
 				if err != nil {
 					log.Fatal(err)
 				}
 				grads := []horovod.NamedTensor{{Name: "t", Tensor: x}}
-				call = func() error { _, _, err := red.Reduce(grads); return err }
+				call = func(bool) error { _, _, err := red.Reduce(grads); return err }
 			case "allgather":
-				call = func() error { _, err := hvd.Allgather("t", x); return err }
+				call = func(release bool) error { return released(hvd, release)(hvd.Allgather("t", x)) }
 			case "broadcast":
-				call = func() error { _, err := hvd.Broadcast("t", x, 0); return err }
+				call = func(release bool) error { return released(hvd, release)(hvd.Broadcast("t", x, 0)) }
 			}
-			rows = append(rows, row{"gorovod", what, size, timeCalls(hvd, iters, call)})
+			rows = append(rows, row{"gorovod", what, size, timeCalls(hvd, iters, func() error { return call(false) })})
+			if what != "allreduce_average_fp16" { // a Reducer's results are its arenas
+				rows = append(rows, row{"gorovod_released", what, size, timeCalls(hvd, iters, func() error { return call(true) })})
+			}
 			// The same call into memory the caller reuses, where the API has it: a new result
 			// per call costs Go an allocation, page faults and, in a process whose live heap is
 			// as small as this one's, a collection every few calls.
@@ -164,5 +170,16 @@ func runPeerVariables(comm *mpi.Comm) {
 	if rank == 0 {
 		fmt.Printf("mpi\tbroadcast_variables\t%d\t%.9f\n", size, raw)
 		fmt.Printf("gorovod\tbroadcast_variables\t%d\t%.9f\n", size, ours)
+	}
+}
+
+// released returns a function that takes a collective's result and error and, with release
+// set, gives the result back (horovod.Release).
+func released(hvd *horovod.Horovod, release bool) func(horovod.Tensor, error) error {
+	return func(t horovod.Tensor, err error) error {
+		if err != nil || !release {
+			return err
+		}
+		return hvd.Release(t)
 	}
 }
