@@ -158,3 +158,37 @@ func TestLargeBroadcastsGoOnTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// Broadcast returns a new tensor on every rank, the root's too: at every size (a large one is
+// sent from the root's input while its copy is made beside the broadcast) the root's result is
+// its input's values in memory of its own, and its input is left as it was.
+func TestBroadcastResultOnTheRoot(t *testing.T) {
+	hs, _ := job(t, 3)
+	const root = 1
+	onEveryRank(t, hs, func(h *Horovod) error {
+		for _, n := range []int{3, directBroadcastMin/4 - 1, directBroadcastMin / 4, 3 * directBroadcastMin} {
+			values := func(rank int) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(i%4099 + 10000*rank)
+				}
+				return v
+			}
+			x := mustTensor(t, nil, values(h.Rank()))
+			got, err := h.Broadcast(fmt.Sprintf("x%d", n), x, root)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(mustValues[float32](got), values(root)) {
+				return fmt.Errorf("%d elements: not the root's values", n)
+			}
+			if &got.Data[0] == &x.Data[0] {
+				return fmt.Errorf("%d elements: the result is the input", n)
+			}
+			if !slices.Equal(mustValues[float32](x), values(h.Rank())) {
+				return fmt.Errorf("%d elements: the input changed", n)
+			}
+		}
+		return nil
+	})
+}

@@ -451,14 +451,31 @@ func (c *controller) allgather(batch []*response) error {
 func (c *controller) broadcast(r *response) error {
 	s := r.spec
 	o := c.operand(s)
-	if c.rank == s.root && len(o.input) > 0 && &o.input[0] != &o.output[0] {
-		copy(o.output, o.input)
+	buf := o.output
+	var copied chan struct{}
+	if c.rank == s.root && len(o.input) > 0 && !parallel.Same(o.input, o.output) {
+		// The root's result is a copy of its input. The backend only reads the root's buffer,
+		// so a large one is broadcast from the input while the copy runs beside it: Horovod's
+		// root returns its input tensor itself, which TensorFlow's immutable tensors allow and
+		// a Go slice the caller may still write does not.
+		if len(o.input) < directBroadcastMin {
+			copy(o.output, o.input)
+		} else {
+			buf, copied = o.input, make(chan struct{})
+			go func() {
+				copy(o.output, o.input)
+				close(copied)
+			}()
+		}
 	}
 	c.timeline.start(s.name, "QUEUE", r.ready)
 	c.timeline.end(s.name)
 	c.timeline.start(s.name, c.backendPhase(kindBroadcast), timeNow())
-	err := c.busy("broadcast", func() error { return c.data.Broadcast(o.output, s.root) })
+	err := c.busy("broadcast", func() error { return c.data.Broadcast(buf, s.root) })
 	c.timeline.end(s.name)
+	if copied != nil {
+		<-copied
+	}
 	if err != nil {
 		return err
 	}

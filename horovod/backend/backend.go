@@ -134,7 +134,8 @@ type Backend interface {
 	// in-place reduction); otherwise they must not overlap.
 	Allreduce(send, recv []byte, dt DType, op ReduceOp) error
 
-	// Broadcast copies root's buf into buf on every other rank.
+	// Broadcast copies root's buf into buf on every other rank. It only reads root's buf (horovod
+	// copies a root's input into its result while the broadcast sends from the input).
 	Broadcast(buf []byte, root int) error
 
 	// Allgatherv concatenates every rank's send into recv in rank order. counts[r] is the number of

@@ -199,6 +199,31 @@ func TestBroadcastEveryDtypeFromEveryRoot(t *testing.T) {
 			}
 		}
 	}
+	// Large enough to go on its own, sent from the root's input while the root copies it into
+	// its result: the backend must only read the root's buffer.
+	for root := 0; root < hvd.Size(); root++ {
+		const n = 1 << 17 // 512 KiB of float32
+		mine := make([]float64, n)
+		want := make([]float64, n)
+		for i := range mine {
+			mine[i] = float64((hvd.Rank()*31 + i) % 1000)
+			want[i] = float64((root*31 + i) % 1000)
+		}
+		x := tensor(backend.Float32, []int{n}, mine)
+		before := append([]byte(nil), x.Data...)
+		name := fmt.Sprintf("bcast/large/%d", root)
+		got, err := hvd.Broadcast(name, x, root)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		expectValues(t, name, got, backend.Float32, []int{n}, want)
+		if string(before) != string(x.Data) {
+			t.Errorf("%s: Broadcast modified its input", name)
+		}
+		if &got.Data[0] == &x.Data[0] {
+			t.Errorf("%s: the result is the input", name)
+		}
+	}
 	// In place, for the initial weights.
 	vars := []horovod.NamedTensor{
 		{Name: "kernel", Tensor: tensor(backend.Float32, []int{2, 2}, []float64{float64(hvd.Rank()), 1, 2, 3})},
@@ -529,5 +554,68 @@ func TestBlockingCallsRunTheirOwnRound(t *testing.T) {
 	t.Logf("rank %d: %d of %d blocking allreduces ran their own round, %d handed over", hvd.Rank(), ran, calls, handed)
 	if hvd.Size() > 1 && ran < calls/2 {
 		t.Errorf("rank %d: %d of %d blocking allreduces in step ran their own round (%d handed over): want at least half", hvd.Rank(), ran, calls, handed)
+	}
+}
+
+// A released result's memory is the next result of its size on the real backend, holding that
+// call's values: Allreduce, Allgather and Broadcast, with the rows of each rank apart.
+func TestReleasedResultsAreReused(t *testing.T) {
+	const n = 1 << 16
+	size, rank := hvd.Size(), hvd.Rank()
+	calls := []struct {
+		what string
+		call func(x horovod.Tensor) (horovod.Tensor, error)
+		want func(step int) []float64
+	}{
+		{"allreduce", func(x horovod.Tensor) (horovod.Tensor, error) {
+			return hvd.Allreduce("release/allreduce", x, horovod.AllreduceOptions{Op: horovod.Sum})
+		}, func(step int) []float64 {
+			w := make([]float64, n)
+			for i := range w {
+				w[i] = float64(size*(step+i%100) + size*(size-1)/2)
+			}
+			return w
+		}},
+		{"allgather", func(x horovod.Tensor) (horovod.Tensor, error) { return hvd.Allgather("release/allgather", x) },
+			func(step int) []float64 {
+				w := make([]float64, 0, size*n)
+				for r := range size {
+					for i := range n {
+						w = append(w, float64(step+i%100+r))
+					}
+				}
+				return w
+			}},
+		{"broadcast", func(x horovod.Tensor) (horovod.Tensor, error) { return hvd.Broadcast("release/broadcast", x, size-1) },
+			func(step int) []float64 {
+				w := make([]float64, n)
+				for i := range w {
+					w[i] = float64(step + i%100 + size - 1)
+				}
+				return w
+			}},
+	}
+	for _, c := range calls {
+		var first horovod.Tensor
+		for step := range 3 {
+			mine := make([]float64, n)
+			for i := range mine {
+				mine[i] = float64(step + i%100 + rank)
+			}
+			got, err := c.call(tensor(backend.Float32, []int{n}, mine))
+			if err != nil {
+				t.Fatalf("%s step %d: %v", c.what, step, err)
+			}
+			want := c.want(step)
+			expectValues(t, fmt.Sprintf("%s step %d", c.what, step), got, backend.Float32, []int{len(want)}, want)
+			if step == 0 {
+				first = got
+			} else if &got.Data[0] != &first.Data[0] {
+				t.Errorf("%s step %d: a new buffer, not the one released", c.what, step)
+			}
+			if err := hvd.Release(got); err != nil {
+				t.Fatalf("%s step %d: %v", c.what, step, err)
+			}
+		}
 	}
 }
