@@ -129,17 +129,26 @@ func main() {
 	}
 	sum := horovod.ReducerOptions{Op: horovod.Sum}
 	inPlace := horovod.ReducerOptions{Op: horovod.Sum, InPlace: true}
-	// general times Allreduce of one tensor of size bytes: into a new result, or with output set
-	// into a buffer reused from call to call.
-	general := func(size int, op horovod.ReduceOp, output bool, iters *int) func(*horovod.Horovod) float64 {
+	// general times Allreduce of one tensor of size bytes: into a new result (given back with
+	// Release after each call when into is released), or into a reused Output.
+	type resultInto int
+	const (
+		newResult resultInto = iota
+		released
+		reusedOutput
+	)
+	general := func(size int, op horovod.ReduceOp, into resultInto, iters *int) func(*horovod.Horovod) float64 {
 		t := one(size)[0].Tensor
 		o := horovod.AllreduceOptions{Op: op}
-		if output {
+		if into == reusedOutput {
 			o.Output = make([]byte, size)
 		}
 		return func(h *horovod.Horovod) float64 {
 			return timeCalls(h, *iters, func() error {
-				_, err := h.Allreduce("t", t, o)
+				got, err := h.Allreduce("t", t, o)
+				if err == nil && into == released {
+					err = h.Release(got)
+				}
 				return err
 			})
 		}
@@ -160,20 +169,25 @@ func main() {
 		latencyRow,
 		// The general API, one tensor per call, against MPI out of place (Allreduce returns a new
 		// tensor); Average against MPI's sum followed by the division.
-		{"Allreduce (one tensor, new result) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, false, smallIters), nil},
-		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, false, midIters), nil},
-		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, false, midIters), nil},
-		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, false, bigIters), nil},
-		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, false, bigIters), nil},
+		{"Allreduce (one tensor, new result) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, newResult, smallIters), nil},
+		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, newResult, midIters), nil},
+		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, newResult, midIters), nil},
+		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, newResult, bigIters), nil},
+		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, newResult, bigIters), nil},
 		{"BroadcastVariables 1024 x 4 KiB, fused (raw: one 4 MiB MPI_Bcast)", "", rawBroadcast(4<<20, midIters), broadcastVariables(1024, 4<<10, midIters), nil},
 		{"  the same, one broadcast per variable (fusion off)", "", rawBroadcast(4<<20, midIters), broadcastVariables(1024, 4<<10, midIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
 		{"BroadcastVariables 256 x 64 KiB, fused (raw: one 16 MiB MPI_Bcast)", "", rawBroadcast(16<<20, midIters), broadcastVariables(256, 64<<10, midIters), nil},
 		{"  the same, one broadcast per variable (fusion off)", "", rawBroadcast(16<<20, midIters), broadcastVariables(256, 64<<10, midIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
-		{"Allreduce (one tensor, into a reused Output) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, true, smallIters), nil},
-		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, true, midIters), nil},
-		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, true, midIters), nil},
-		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, true, bigIters), nil},
-		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, true, bigIters), nil},
+		{"Allreduce (one tensor, new result given back with Release) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, released, smallIters), nil},
+		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, released, midIters), nil},
+		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, released, midIters), nil},
+		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, released, bigIters), nil},
+		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, released, bigIters), nil},
+		{"Allreduce (one tensor, into a reused Output) 4 KiB sum", "  (target: 20 us)", rawAllreduce(small, false, false, smallIters), general(small, horovod.Sum, reusedOutput, smallIters), nil},
+		{"  1 MiB sum", "  (target >= 0.9)", rawAllreduce(mid, false, false, midIters), general(mid, horovod.Sum, reusedOutput, midIters), nil},
+		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, reusedOutput, midIters), nil},
+		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, reusedOutput, bigIters), nil},
+		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, reusedOutput, bigIters), nil},
 	}
 	// MiniLM's gradients uncompressed, then in float16 and bfloat16, against raw MPI in float32.
 	grads := miniLMGradients()
