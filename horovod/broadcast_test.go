@@ -1,8 +1,10 @@
 package horovod
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 )
 
@@ -191,4 +193,77 @@ func TestBroadcastResultOnTheRoot(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// overlapRank is a loopback rank whose backend can leave a broadcast in flight: during runs
+// while the data is being gathered, as MPI_Ibcast leaves the root's thread free.
+type overlapRank struct {
+	loopRank
+	whiles, plain *atomic.Int64
+}
+
+func (o overlapRank) Broadcast(buf []byte, root int) error {
+	o.plain.Add(1)
+	return o.loopRank.Broadcast(buf, root)
+}
+
+func (o overlapRank) BroadcastWhile(buf []byte, root int, during func()) error {
+	o.whiles.Add(1)
+	done := make(chan error)
+	go func() { done <- o.loopRank.Broadcast(buf, root) }()
+	during()
+	return <-done
+}
+
+// On a backend that can overlap, every rank makes a broadcast on its own with BroadcastWhile
+// (MPI would never match a rank's MPI_Bcast with another's MPI_Ibcast), whether its root copies
+// into a new result or broadcasts in place; the root's copy runs meanwhile and is its result.
+func TestSingleBroadcastsOverlapOnEveryRank(t *testing.T) {
+	g := newLoopback(3)
+	whiles, plain := make([]atomic.Int64, 3), make([]atomic.Int64, 3)
+	hs, errs := initRanks(g, func(r int) []Option {
+		return []Option{WithBackend(overlapRank{loopRank{g, r}, &whiles[r], &plain[r]})}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, h := range hs {
+			h.Shutdown()
+		}
+	}()
+	const root = 2
+	values := func(n, rank int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i%977 + 1000*rank)
+		}
+		return v
+	}
+	const large = directBroadcastMin
+	onEveryRank(t, hs, func(h *Horovod) error {
+		for _, n := range []int{5, large} {
+			x := mustTensor(t, nil, values(n, h.Rank()))
+			got, err := h.Broadcast(fmt.Sprintf("x%d", n), x, root)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(mustValues[float32](got), values(n, root)) || &got.Data[0] == &x.Data[0] {
+				return fmt.Errorf("%d elements: not a copy of the root's values", n)
+			}
+		}
+		v := []NamedTensor{{Name: "w", Tensor: mustTensor(t, nil, values(large, h.Rank()))}}
+		if err := h.BroadcastVariables(v, root); err != nil {
+			return err
+		}
+		if !slices.Equal(mustValues[float32](v[0].Tensor), values(large, root)) {
+			return errors.New("BroadcastVariables: not the root's values")
+		}
+		return nil
+	})
+	for r := range 3 {
+		if w, p := whiles[r].Load(), plain[r].Load(); w != 3 || p != 0 {
+			t.Errorf("rank %d: %d broadcasts with BroadcastWhile and %d plain, want 3 and 0", r, w, p)
+		}
+	}
 }

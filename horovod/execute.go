@@ -451,31 +451,28 @@ func (c *controller) allgather(batch []*response) error {
 func (c *controller) broadcast(r *response) error {
 	s := r.spec
 	o := c.operand(s)
-	buf := o.output
-	var copied chan struct{}
+	buf, during := o.output, func() {}
 	if c.rank == s.root && len(o.input) > 0 && !parallel.Same(o.input, o.output) {
-		// The root's result is a copy of its input. The backend only reads the root's buffer,
-		// so a large one is broadcast from the input while the copy runs beside it: Horovod's
-		// root returns its input tensor itself, which TensorFlow's immutable tensors allow and
-		// a Go slice the caller may still write does not.
-		if len(o.input) < directBroadcastMin {
-			copy(o.output, o.input)
-		} else {
-			buf, copied = o.input, make(chan struct{})
-			go func() {
-				copy(o.output, o.input)
-				close(copied)
-			}()
-		}
+		// The root's result is a copy of its input (Horovod's root returns the input tensor
+		// itself, which TensorFlow's immutable tensors allow and a Go slice the caller may still
+		// write does not): the broadcast sends from the input while the root makes the copy,
+		// where the backend can leave it in flight.
+		buf, during = o.input, func() { copy(o.output, o.input) }
+	}
+	send := func() error {
+		during()
+		return c.data.Broadcast(buf, s.root)
+	}
+	// Every rank calls the same kind of broadcast: MPI matches a nonblocking collective only
+	// with a nonblocking one, and only the root knows whether it copies.
+	if ob, ok := c.data.(backend.OverlappedBroadcaster); ok {
+		send = func() error { return ob.BroadcastWhile(buf, s.root, during) }
 	}
 	c.timeline.start(s.name, "QUEUE", r.ready)
 	c.timeline.end(s.name)
 	c.timeline.start(s.name, c.backendPhase(kindBroadcast), timeNow())
-	err := c.busy("broadcast", func() error { return c.data.Broadcast(buf, s.root) })
+	err := c.busy("broadcast", send)
 	c.timeline.end(s.name)
-	if copied != nil {
-		<-copied
-	}
 	if err != nil {
 		return err
 	}

@@ -134,8 +134,7 @@ type Backend interface {
 	// in-place reduction); otherwise they must not overlap.
 	Allreduce(send, recv []byte, dt DType, op ReduceOp) error
 
-	// Broadcast copies root's buf into buf on every other rank. It only reads root's buf (horovod
-	// copies a root's input into its result while the broadcast sends from the input).
+	// Broadcast copies root's buf into buf on every other rank. It only reads root's buf.
 	Broadcast(buf []byte, root int) error
 
 	// Allgatherv concatenates every rank's send into recv in rank order. counts[r] is the number of
@@ -163,6 +162,18 @@ type Backend interface {
 // adapter does). It may then fail on some ranks only: horovod agrees on every rank's outcome
 // afterwards and fails Init on all of them.
 type Opener func(control Backend) (Backend, error)
+
+// OverlappedBroadcaster is implemented by a Backend that can leave a broadcast in flight while
+// the caller works: horovod's root copies its input into the result of a Broadcast while the
+// broadcast sends from the input, on the same thread, instead of copying first (MPI: 64 MiB, 2
+// ranks, 21 ms copying first, 12 ms overlapped, on 2 cores where a copy on a thread of its own
+// competes with the rank's own wait).
+type OverlappedBroadcaster interface {
+	Backend
+	// BroadcastWhile is Broadcast, calling during on the calling goroutine while the broadcast is
+	// in flight on this rank; it returns once both are done. during only reads buf.
+	BroadcastWhile(buf []byte, root int, during func()) error
+}
 
 // ThreadBound is implemented by a Backend whose calls are otherwise handed over to a thread of
 // its own, as MPI's are to the thread that initialized it. horovod runs its background loop

@@ -283,6 +283,43 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 	return nil
 }
 
+// BroadcastWhile is Broadcast with during run meanwhile (backend.OverlappedBroadcaster): every
+// chunk's MPI_Ibcast is started, then during runs on this thread, then the broadcasts are waited
+// for. Over shared memory a large message's receivers read the root's buffer themselves, so the
+// root's thread is free for during instead of polling in MPI_Bcast.
+func (c *Comm) BroadcastWhile(buf []byte, root int, during func()) error {
+	if root < 0 || root >= c.topo.Size {
+		return fmt.Errorf("mpi: broadcast root %d outside 0..%d", root, c.topo.Size-1)
+	}
+	var errs []error
+	err := c.Do(func() {
+		var reqs []unsafe.Pointer
+		for off := 0; off < len(buf); {
+			n := min(len(buf)-off, maxCount)
+			var req unsafe.Pointer
+			rc := C.hvd_mpi_ibcast(ptr(buf[off:off+n]), C.int(n), C.int(root), &req)
+			if err := mpiError("MPI_Ibcast", rc); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			reqs = append(reqs, req)
+			off += n
+		}
+		if errs == nil {
+			during()
+		}
+		for _, req := range reqs {
+			if err := mpiError("MPI_Wait", C.hvd_mpi_wait(req)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
 // Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints) with MPI's
 // blocking MPI_Allgatherv: horovod's data allgathers, which every rank enters once negotiation
 // has agreed on them. Negotiation rounds go through NegotiationAllgatherv.

@@ -137,6 +137,26 @@ int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op
 
 int hvd_mpi_bcast(void *buf, int count, int root) { return MPI_Bcast(buf, count, MPI_BYTE, root, world); }
 
+int hvd_mpi_ibcast(void *buf, int count, int root, void **req) {
+	*req = NULL;
+	MPI_Request *r = malloc(sizeof *r);
+	if (r == NULL) return MPI_ERR_NO_MEM;
+	int err = MPI_Ibcast(buf, count, MPI_BYTE, root, world, r);
+	if (err != MPI_SUCCESS) {
+		free(r);
+		return err;
+	}
+	*req = r;
+	return MPI_SUCCESS;
+}
+
+int hvd_mpi_wait(void *req) {
+	if (req == NULL) return MPI_SUCCESS;
+	int err = MPI_Wait((MPI_Request *)req, MPI_STATUS_IGNORE);
+	free(req);
+	return err;
+}
+
 static int64_t now_ns(void) {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);

@@ -22,6 +22,11 @@ typedef struct {
 int hvd_mpi_init(hvd_topology *topo);
 int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op);
 int hvd_mpi_bcast(void *buf, int count, int root);
+// hvd_mpi_ibcast starts MPI_Ibcast of count bytes; *req receives a handle for hvd_mpi_wait,
+// which waits for it and frees it (also after a failed start, where *req is NULL and it does
+// nothing).
+int hvd_mpi_ibcast(void *buf, int count, int root, void **req);
+int hvd_mpi_wait(void *req);
 // hvd_mpi_allgatherv starts MPI_Iallgatherv and tests it until it completes. With sleep 0 it
 // tests without pause, as a blocking MPI_Allgatherv polls. Otherwise it tests for
 // HVD_WAIT_SPIN_NS without pause (a peer that is already there answers at MPI's latency), then
