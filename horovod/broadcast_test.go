@@ -161,9 +161,9 @@ func TestLargeBroadcastsGoOnTheirOwn(t *testing.T) {
 	}
 }
 
-// Broadcast returns a new tensor on every rank, the root's too: at every size (a large one is
-// sent from the root's input while its copy is made beside the broadcast) the root's result is
-// its input's values in memory of its own, and its input is left as it was.
+// Broadcast returns a new tensor on every rank, the root's too: at every size, on either side of
+// the size from which a broadcast never fuses, the root's result is its input's values in memory
+// of its own, and its input is left as it was.
 func TestBroadcastResultOnTheRoot(t *testing.T) {
 	hs, _ := job(t, 3)
 	const root = 1

@@ -168,8 +168,8 @@ func (p *resultPool) outstanding() int {
 // Each tensor must be a result of this job, whole and not yet released: anything else (the
 // caller's own memory, a slice of a result, a second Release before the memory is handed out
 // again) is refused with an error and left alone, since recycling memory still in use would
-// corrupt a later result. The others are still released. An empty result is accepted and does nothing. Release may be called after Shutdown
-// and from any goroutine.
+// corrupt a later result. The others are still released. An empty result is accepted and does
+// nothing. Release may be called after Shutdown and from any goroutine.
 func (h *Horovod) Release(results ...Tensor) error {
 	var first error
 	for i, t := range results {

@@ -199,8 +199,8 @@ func TestBroadcastEveryDtypeFromEveryRoot(t *testing.T) {
 			}
 		}
 	}
-	// Large enough to go on its own, sent from the root's input while the root copies it into
-	// its result: the backend must only read the root's buffer.
+	// Large enough for MPI's rendezvous protocol, where the receivers read the root's input
+	// while the root copies it into its result: the backend must only read the root's buffer.
 	for root := 0; root < hvd.Size(); root++ {
 		const n = 1 << 17 // 512 KiB of float32
 		mine := make([]float64, n)
