@@ -747,3 +747,25 @@ func TestBackendFailureAbortsTheJob(t *testing.T) {
 		}
 	}
 }
+
+// While no rank has anything to negotiate, the background loop's rounds back off to maxIdleWait
+// (each costs every rank a collective: rounds every 16 ms made a computing rank's train step 2-3%
+// slower) but do not stop: another rank's Shutdown and the stall check reach an idle rank in them.
+func TestIdleRoundsBackOffButGoOn(t *testing.T) {
+	hs, _ := job(t, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		_, err := h.Allreduce("before the idle time", mustTensor(t, nil, []float32{1}), AllreduceOptions{Op: Sum})
+		return err
+	})
+	before := hs[0].LoopStats().Rounds
+	const idleFor = 2500 * time.Millisecond
+	time.Sleep(idleFor)
+	rounds := hs[0].LoopStats().Rounds - before
+	// Doubling from the 1 ms cycle time up to 1 s: 10 rounds in the first 1.02 s, then one a
+	// second, and a few more for a round that a timer on the other rank started (a slow machine
+	// runs fewer). Backing off to 16 ms, as before, ran about 150.
+	const most = 10 + 2 + 3
+	if rounds > most || rounds == 0 {
+		t.Errorf("%d idle rounds in %v: want 1 to %d", rounds, idleFor, most)
+	}
+}
