@@ -341,9 +341,9 @@ func completed(reqs []*request) bool {
 // An idle round costs every rank a collective, and the rank that arrives first wakes its thread
 // again and again until the last one arrives: while a 2-rank MiniLM job computed its ~0.9 s
 // train step, rounds every 16 ms made that step 2-3% slower and took 2.6% of the job's
-// examples/s (6 pairs of runs, bfloat16, 2 cores). What
-// waits on an idle rank's next round is only what concerns it when it is idle: another rank's
-// Shutdown, a joined rank's, the stall check's view of who has submitted (seconds).
+// examples/s (6 pairs of runs, bfloat16, 2 cores). What waits for an idle rank's next round is
+// what reaches it while it is idle: another rank's Shutdown or Join (their first round; the
+// announcement then makes every round busy) and the stall check's view of who has submitted.
 const maxIdleWait = time.Second
 
 // idleWait is the wait after an idle round that waited wait: twice as long, up to maxIdleWait.
