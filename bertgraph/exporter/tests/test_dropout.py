@@ -1,0 +1,80 @@
+"""The train step's dropout (model.Dropout): 16 random bits per element, a drop threshold of
+ceil(rate x 2^16) and the kept values scaled so that every output's expectation is its input."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertgraph.exporter.model import DROPOUT_BITS, Dropout, dropout_threshold
+
+SEED = tf.constant([7, 11], tf.int64)
+
+
+def _sigmas(observed, n, p):
+    """How many binomial standard deviations observed (a count of n trials) is from n x p."""
+    return abs(observed - n * p) / math.sqrt(n * p * (1 - p))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5, 0.25, 0.9, 1e-6])
+def test_threshold_keeps_the_expectation_exact(rate):
+    threshold, scale = dropout_threshold(rate)
+    levels = 1 << DROPOUT_BITS
+    assert threshold == math.ceil(rate * levels)
+    assert 0 <= threshold - rate * levels < 1  # the rate rounded up by less than 2^-16
+    keep = (levels - threshold) / levels
+    assert keep * scale == pytest.approx(1.0, rel=1e-15)
+
+
+# An odd number of elements: the last 32-bit word's second half is drawn and not used.
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_masks_drop_at_the_rate_and_scale_what_they_keep(rate):
+    shape = (301, 203)
+    n = shape[0] * shape[1]
+    x = tf.fill(shape, 3.0)
+    y = Dropout(SEED)(x, rate).numpy()
+    threshold, scale = dropout_threshold(rate)
+    keep_p = 1 - threshold / (1 << DROPOUT_BITS)
+    kept = y != 0
+    np.testing.assert_array_equal(y[kept], np.float32(3.0 * scale))
+    # Binomial: 5 standard deviations fail a correct mask about once in 1.7 million runs; a mask
+    # at tf.nn.dropout's own keep probability would pass too (they differ by 6e-6), one that used
+    # 8 bits (rate 0.1016) would be 11 deviations off here at rate 0.1.
+    assert _sigmas(kept.sum(), n, keep_p) < 5
+    # Both 16-bit halves of every word are used: the even and the odd elements each keep at the rate.
+    flat = kept.ravel()
+    assert _sigmas(flat[0::2].sum(), len(flat[0::2]), keep_p) < 5
+    assert _sigmas(flat[1::2].sum(), len(flat[1::2]), keep_p) < 5
+    # Expectation: the mean output is the input within the sampling error of the mean.
+    sd = 3.0 * scale * math.sqrt(keep_p * (1 - keep_p) / n)
+    assert abs(y.mean() - 3.0) < 5 * sd
+
+
+def test_masks_follow_the_seed_and_the_site():
+    x = tf.ones((64, 128))
+    first = Dropout(SEED)
+    a1, a2 = first(x, 0.1).numpy(), first(x, 0.1).numpy()  # sites 1 and 2
+    b1 = Dropout(SEED)(x, 0.1).numpy()
+    c1 = Dropout(tf.constant([7, 12], tf.int64))(x, 0.1).numpy()
+    np.testing.assert_array_equal(a1, b1)  # same seed, same site: the same mask in any process
+    n = x.shape[0] * x.shape[1]
+    for other in (a2, c1):
+        both_dropped = ((a1 == 0) & (other == 0)).sum()
+        # Independent masks drop the same element with probability rate^2 (1%), not rate (10%).
+        assert _sigmas(both_dropped, n, 0.1 ** 2) < 5
+
+
+def test_gradient_is_the_mask_times_the_scale():
+    x = tf.random.stateless_normal((33, 17), seed=[1, 1])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = Dropout(SEED)(x, 0.1)
+    g = tape.gradient(y, x).numpy()
+    _, scale = dropout_threshold(0.1)
+    np.testing.assert_array_equal(g, np.where(y.numpy() != 0, np.float32(scale), 0))
+
+
+def test_inference_and_rate_zero_are_the_identity():
+    x = tf.ones((4, 4))
+    assert Dropout(None)(x, 0.1) is x
+    assert Dropout(SEED)(x, 0.0) is x
