@@ -78,3 +78,15 @@ def test_inference_and_rate_zero_are_the_identity():
     x = tf.ones((4, 4))
     assert Dropout(None)(x, 0.1) is x
     assert Dropout(SEED)(x, 0.0) is x
+
+
+def test_unscaled_is_the_same_mask_without_the_scale():
+    x = tf.random.stateless_normal((40, 50), seed=[2, 3])
+    dropped, scale = Dropout(SEED).unscaled(x, 0.1)
+    assert scale == dropout_threshold(0.1)[1]
+    y = Dropout(SEED)(x, 0.1)  # the same seed and site: the same mask
+    np.testing.assert_array_equal(y.numpy(), (dropped * scale).numpy())
+    kept = dropped.numpy() != 0
+    np.testing.assert_array_equal(dropped.numpy()[kept], x.numpy()[kept])
+    unchanged, one = Dropout(None).unscaled(x, 0.1)
+    assert unchanged is x and one == 1.0
