@@ -27,6 +27,9 @@ class BertConfig:
                 f"{self.num_attention_heads}")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not in [0, 1)")
 
     @classmethod
     def from_dict(cls, d):

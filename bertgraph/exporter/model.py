@@ -88,6 +88,9 @@ def dropout_threshold(rate):
     """The 16-bit values below which an element is dropped, and the scale of a kept one."""
     levels = 1 << DROPOUT_BITS
     threshold = math.ceil(rate * levels)
+    if not 0 <= threshold < levels:
+        raise ValueError(f"dropout rate {rate!r} is not in [0, 1 - 2^-{DROPOUT_BITS}]: at "
+                         f"{DROPOUT_BITS} random bits per element it keeps no element")
     return threshold, levels / (levels - threshold)
 
 

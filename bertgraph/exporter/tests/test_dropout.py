@@ -1,11 +1,13 @@
 """The train step's dropout (model.Dropout): 16 random bits per element, a drop threshold of
 ceil(rate x 2^16) and the kept values scaled so that every output's expectation is its input."""
+import json
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from bertgraph.exporter.config import BertConfig
 from bertgraph.exporter.model import DROPOUT_BITS, Dropout, dropout_threshold
 
 SEED = tf.constant([7, 11], tf.int64)
@@ -37,9 +39,9 @@ def test_masks_drop_at_the_rate_and_scale_what_they_keep(rate):
     keep_p = 1 - threshold / (1 << DROPOUT_BITS)
     kept = y != 0
     np.testing.assert_array_equal(y[kept], np.float32(3.0 * scale))
-    # Binomial: 5 standard deviations fail a correct mask about once in 1.7 million runs; a mask
-    # at tf.nn.dropout's own keep probability would pass too (they differ by 6e-6), one that used
-    # 8 bits (rate 0.1016) would be 11 deviations off here at rate 0.1.
+    # Binomial: 5 standard deviations fail a correct mask about once in 1.7 million runs. This
+    # catches a wrong threshold or a half of each word left unused, not a rate off by 2^-8: the
+    # exact scale above pins the 16-bit threshold.
     assert _sigmas(kept.sum(), n, keep_p) < 5
     # Both 16-bit halves of every word are used: the even and the odd elements each keep at the rate.
     flat = kept.ravel()
@@ -72,6 +74,22 @@ def test_gradient_is_the_mask_times_the_scale():
     g = tape.gradient(y, x).numpy()
     _, scale = dropout_threshold(0.1)
     np.testing.assert_array_equal(g, np.where(y.numpy() != 0, np.float32(scale), 0))
+
+
+@pytest.mark.parametrize("rate", [1.0, 1 - 2 ** -17, -0.1])
+def test_rates_that_keep_nothing_or_are_negative_are_refused(rate):
+    with pytest.raises(ValueError, match="dropout rate"):
+        dropout_threshold(rate)
+    with pytest.raises(ValueError, match="dropout rate"):
+        Dropout(SEED)(tf.ones((2, 2)), rate)
+
+
+@pytest.mark.parametrize("field", ["hidden_dropout_prob", "attention_probs_dropout_prob"])
+def test_config_refuses_a_dropout_probability_outside_0_1(tmp_path, field):
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2, field: 1.0}))
+    with pytest.raises(ValueError, match=f"{path}: {field} 1.0 is not in"):
+        BertConfig.from_json_file(path)
 
 
 def test_inference_and_rate_zero_are_the_identity():
