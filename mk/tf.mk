@@ -6,9 +6,10 @@
 .PHONY: test-tf-race
 TEST_TARGETS += test-tf-race
 
-# Run/Close from many goroutines under the race detector (the rest of tf's tests run in go-test).
+# Run/Close from many goroutines, and tensors over Go memory that TensorFlow releases from its
+# own threads, under the race detector (the rest of tf's tests run in go-test).
 test-tf-race:
-	$(GO) test -count=1 -race -run 'Concurrent|Close' ./tf
+	$(GO) test -count=1 -race -run 'Concurrent|Close|TensorOver' ./tf
 
 .PHONY: bench-tf
 BENCH_TARGETS += bench-tf

@@ -22,8 +22,10 @@
 // into C memory; NewFloat16Tensor takes float16 as raw IEEE bits ([]uint16) and
 // NewStringTensor takes []string. Reading back copies with one memmove, no reflection:
 // Float32s, Int32s, ... or the generic Values(t, dst) that reuses dst's storage. Overwrite
-// refills a feed tensor in place when TensorFlow no longer shares its buffer. Every Tensor
-// must be closed (a cleanup frees forgotten ones, but the Go GC does not see C memory).
+// refills a feed tensor in place when TensorFlow no longer shares its buffer. NewTensorOver
+// feeds a slice without copying it: the tensor's data is the slice's memory (64-byte aligned,
+// pinned while TensorFlow refers to it, never written by TensorFlow). Every Tensor must be
+// closed (a cleanup frees forgotten ones, but the Go GC does not see C memory).
 //
 // # Checkpoints
 //

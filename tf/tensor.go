@@ -22,6 +22,14 @@ static TF_Tensor* gorovod_new_strings(const int64_t* dims, int num_dims, int64_t
 	for (int64_t i = 0; i < n; i++) TF_StringInit(&s[i]);
 	return TF_NewTensor(TF_STRING, dims, num_dims, s, len, gorovod_free_strings, NULL);
 }
+
+// gorovod_new_view wraps memory the caller owns (NewTensorOver, view.go); TensorFlow calls
+// gorovodReleaseView with the pin's handle when it drops the last reference to it.
+extern void gorovodReleaseView(void* data, size_t len, void* pin);
+
+TF_Tensor* gorovod_new_view(TF_DataType dtype, const int64_t* dims, int num_dims, void* data, size_t len, uintptr_t pin) {
+	return TF_NewTensor(dtype, dims, num_dims, data, len, gorovodReleaseView, (void*)pin);
+}
 */
 import "C"
 
