@@ -434,3 +434,66 @@ func TestWordEmbeddingGradientIsTheLookedUpRows(t *testing.T) {
 		m.Close()
 	}
 }
+
+// Apply feeds gradients whose parts are aligned for TensorFlow where they lie (NewFlatTensors'
+// are: BERT's variable sizes are multiples of 16 values, but for the last bias) and copies the
+// others: the same gradients one float32 off the alignment, all copied, give bit for bit the
+// same weights over two steps, the second after the gradients were changed in place, so a feed
+// that read stale or foreign memory would show. Bit for bit: both models run the same graph on
+// the same gradient bytes with the same threads in one process, so the same kernels add in the
+// same order. Apply must not write into the gradients either.
+func TestApplyReadsAlignedGradientsWhereTheyLie(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	inPlace, copied := loadFixture(t), loadFixture(t)
+	aligned := inPlace.NewFlatTensors()
+	if _, err := inPlace.TrainStep(separableBatch(rng, 8), DropoutSeed{2, 0}, aligned); err != nil {
+		t.Fatal(err)
+	}
+	shifted := make([]float32, len(aligned.Data)+1)
+	off, err := copied.FlatTensorsOver(shifted[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range 2 {
+		if step == 1 {
+			for i := range aligned.Data {
+				aligned.Data[i] *= -0.5
+			}
+		}
+		copy(off.Data, aligned.Data)
+		before := slices.Clone(aligned.Data)
+		r1, err := inPlace.Apply(aligned, 1, 1e-2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := copied.Apply(off, 1, 1e-2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lastBias := 4 * len(aligned.Parts[len(aligned.Parts)-1])
+		if r1.CopiedBytes > lastBias {
+			t.Errorf("step %d: Apply copied %d bytes of NewFlatTensors' gradients, want at most the last bias (%d)", step, r1.CopiedBytes, lastBias)
+		}
+		if r2.CopiedBytes < 4*len(off.Data)-4*len(off.Data)/16-lastBias {
+			t.Errorf("step %d: Apply copied %d of %d bytes of misaligned gradients", step, r2.CopiedBytes, 4*len(off.Data))
+		}
+		if r1.GlobalNorm != r2.GlobalNorm {
+			t.Errorf("step %d: global norm %v in place, %v copied", step, r1.GlobalNorm, r2.GlobalNorm)
+		}
+		if !slices.Equal(before, aligned.Data) {
+			t.Fatalf("step %d: Apply wrote into the gradients", step)
+		}
+	}
+	w1, w2 := inPlace.NewFlatTensors(), copied.NewFlatTensors()
+	if err := inPlace.ReadVariables(w1); err != nil {
+		t.Fatal(err)
+	}
+	if err := copied.ReadVariables(w2); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range inPlace.Variables() {
+		if !slices.Equal(w1.Parts[i], w2.Parts[i]) {
+			t.Errorf("%s: weights after two steps differ between gradients fed in place and copied", v.Name)
+		}
+	}
+}

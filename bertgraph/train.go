@@ -3,6 +3,7 @@ package bertgraph
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/tf"
@@ -91,15 +92,23 @@ type ApplyResult struct {
 	Applied bool
 	// LossScale is the loss scale after the step: 1 unless the model runs in Float16.
 	LossScale float32
+	// CopiedBytes is how much of the gradients was copied to be fed: 0 when TensorFlow read
+	// every one where it lies (see Apply).
+	CopiedBytes int
 }
 
 // Apply applies one AdamWeightDecay step with learningRate to gradientScale x grads, clipped to
 // clipNorm by global norm. Gradients of a loss-scaled TrainStep are unscaled in the same multiply,
-// and the loss scale is updated (see ApplyResult.LossScale). gradientScale is 1 for gradients already averaged; an allreduce that
-// sums and leaves the division to this step (horovod.Reducer with DeferAverage) passes its
-// GradientScale: the graph folds it into the multiply clipping does anyway, so averaging costs
-// no pass over the gradients of its own. The gradient buffers are copied into tensors the model
-// keeps, so grads may be reused right away.
+// and the loss scale is updated (see ApplyResult.LossScale). gradientScale is 1 for gradients
+// already averaged; an allreduce that sums and leaves the division to this step
+// (horovod.Reducer with DeferAverage) passes its GradientScale: the graph folds it into the
+// multiply clipping does anyway, so averaging costs no pass over the gradients of its own.
+//
+// TensorFlow reads each gradient where it lies (tf.NewTensorOver), no copy, when its part
+// starts at a tf.TensorAlignment boundary: every part of NewFlatTensors, and of FlatTensorsOver
+// a page-aligned buffer, for BERT's variables (each a multiple of 16 values, but for the
+// classifier's last bias); other parts are copied (ApplyResult.CopiedBytes). Nothing refers to
+// grads once Apply returns, so they may be reused right away.
 func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm float32) (ApplyResult, error) {
 	if err := grads.check(m.contract.Variables); err != nil {
 		return ApplyResult{}, err
@@ -116,13 +125,28 @@ func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm 
 	if m.grads == nil {
 		m.grads = make([]*tf.Tensor, len(m.contract.Variables))
 	}
-	var err error
+	var r ApplyResult
+	views := make([]*tf.Tensor, 0, len(m.contract.Variables))
+	defer func() { closeAll(views) }()
 	for i, v := range m.contract.Variables {
-		if m.grads[i], err = reuse(m.grads[i], grads.Parts[i], v.Shape...); err != nil {
+		part := grads.Parts[i]
+		if uintptr(unsafe.Pointer(unsafe.SliceData(part)))%tf.TensorAlignment == 0 {
+			t, err := tf.NewTensorOver(part, v.Shape...)
+			if err != nil {
+				return ApplyResult{}, fmt.Errorf("bertgraph: gradient of %s: %w", v.Name, err)
+			}
+			views = append(views, t)
+			s.feed(v.GradientKey, t)
+			continue
+		}
+		var err error
+		if m.grads[i], err = reuse(m.grads[i], part, v.Shape...); err != nil {
 			return ApplyResult{}, fmt.Errorf("bertgraph: gradient of %s: %w", v.Name, err)
 		}
+		r.CopiedBytes += 4 * len(part)
 		s.feed(v.GradientKey, m.grads[i])
 	}
+	var err error
 	if m.scalars.scale, err = reuse(m.scalars.scale, []float32{gradientScale}); err != nil {
 		return ApplyResult{}, err
 	}
@@ -140,7 +164,6 @@ func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm 
 		return ApplyResult{}, err
 	}
 	defer closeAll(out)
-	var r ApplyResult
 	if r.GlobalNorm, err = scalarValue[float32](out[0], "apply_gradients global_norm"); err != nil {
 		return r, err
 	}

@@ -246,6 +246,14 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 			return Result{Step: step, LossScale: lossScale}, err
 		}
 		clock.lap(&phases.Apply)
+		if phases.Steps == 0 && !pastFirst { // said once, for the first step
+			if res.CopiedBytes == 0 {
+				t.infof("apply_gradients reads the gradients where they lie (%.1f MB, no copy)", float64(4*len(grads.Data))/1e6)
+			} else {
+				t.infof("apply_gradients copies %.1f of the gradients' %.1f MB: parts not aligned for TensorFlow",
+					float64(res.CopiedBytes)/1e6, float64(4*len(grads.Data))/1e6)
+			}
+		}
 		phases.Steps++
 		lossScale = res.LossScale
 		if !res.Applied {

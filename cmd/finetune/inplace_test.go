@@ -19,8 +19,8 @@ type timelineEvent struct {
 // gradientPhases trains the tiny model for 4 steps on 2 ranks with HOROVOD_TIMELINE and the
 // given flags, and returns the timeline's operation phases (name -> count) of each gradient (the
 // Reducer's gradients/*), the dtype each gradient's ALLREDUCE carried on the wire, and the
-// phases of the word embeddings' looked-up rows (trainer/word_embeddings/*).
-func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string]int, wire map[string]string, rows map[string]map[string]int) {
+// phases of the word embeddings' looked-up rows (trainer/word_embeddings/*), and the run's log.
+func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string]int, wire map[string]string, rows map[string]map[string]int, log string) {
 	model := tinyModel(t, false)
 	data := t.TempDir()
 	writeData(t, data, 32, 4, 4)
@@ -29,7 +29,7 @@ func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string
 	cmd := mpirun(t, 2, tinyFlags(model, data, out, append([]string{"--do_train", "--num_train_epochs=1", "--train_batch_size=4",
 		"--learning_rate=1e-3", "--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}, flags...)...)...)
 	cmd.Env = append(cmd.Env, "HOROVOD_TIMELINE="+timeline)
-	mustSucceed(t, cmd)
+	log = mustSucceed(t, cmd)
 
 	b, err := os.ReadFile(timeline)
 	if err != nil {
@@ -65,16 +65,21 @@ func gradientPhases(t *testing.T, flags ...string) (phases map[string]map[string
 			wire[name] = e.Args["dtype"]
 		}
 	}
-	return phases, wire, rows
+	return phases, wire, rows, log
 }
 
 // The gradients lie back to back in one buffer (bertgraph.FlatTensors), so horovod must reduce
 // them where they are: a 2-rank training run's timeline shows every gradient reaching
 // MPI_ALLREDUCE each step, as float32, and none copied into or out of the fusion buffer. The
 // statistics and the stop request are tensors of their own, fused through the buffer as usual.
+// apply_gradients then reads the sums where they lie too (bertgraph.Model.Apply), as the log
+// says of the first step.
 func TestGradientsAreReducedInPlace(t *testing.T) {
 	const steps = 4 // 32 lines, 2 ranks, batch 4
-	phases, wire, _ := gradientPhases(t)
+	phases, wire, _, log := gradientPhases(t)
+	if !strings.Contains(log, "apply_gradients reads the gradients where they lie") {
+		t.Errorf("the log does not say apply_gradients read the gradients in place:\n%s", log)
+	}
 	// The tiny model has 2 layers of 16 variables plus embeddings, pooler and classifier.
 	if len(phases) < 30 {
 		t.Fatalf("%d gradients in the timeline, want every variable's: %v", len(phases), phases)
@@ -94,7 +99,7 @@ func TestGradientsAreReducedInPlace(t *testing.T) {
 
 // --compression=bf16 really reaches the wire: every gradient's allreduce is a bfloat16 one.
 func TestBF16CompressionReachesTheWire(t *testing.T) {
-	phases, wire, _ := gradientPhases(t, "--compression=bf16")
+	phases, wire, _, _ := gradientPhases(t, "--compression=bf16")
 	if len(phases) < 30 {
 		t.Fatalf("%d gradients in the timeline, want every variable's: %v", len(phases), phases)
 	}
@@ -111,7 +116,7 @@ func TestBF16CompressionReachesTheWire(t *testing.T) {
 func TestWordEmbeddingsTravelAsLookedUpRows(t *testing.T) {
 	const steps = 4
 	const dense = "gradients/bert/embeddings/word_embeddings"
-	phases, _, rows := gradientPhases(t)
+	phases, _, rows, _ := gradientPhases(t)
 	if _, ok := phases[dense]; ok {
 		t.Errorf("%s is in the allreduce: %v", dense, phases[dense])
 	}
@@ -120,7 +125,7 @@ func TestWordEmbeddingsTravelAsLookedUpRows(t *testing.T) {
 			t.Errorf("%s: allgathered %d times, want once per step (%d): %v", name, n, steps, rows)
 		}
 	}
-	phases, wire, rows := gradientPhases(t, "--sparse_as_dense")
+	phases, wire, rows, _ := gradientPhases(t, "--sparse_as_dense")
 	if n := phases[dense]["MPI_ALLREDUCE"]; n != steps || wire[dense] != "float32" {
 		t.Errorf("--sparse_as_dense: %s reduced %d times as %q, want %d as float32", dense, n, wire[dense], steps)
 	}
