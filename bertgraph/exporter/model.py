@@ -66,9 +66,55 @@ class VariableTree(tf.Module):
         return list(self._ordered)
 
 
+def gelu(x):
+    """The exact GELU, x Phi(x) (tf.nn.gelu with approximate=False), with its derivative written
+    out, Phi(x) + x phi(x), from the Phi(x) the forward pass computed, where TensorFlow
+    differentiates tf.nn.gelu op by op through erfc's own gradient. MiniLM's [2048, 1536], one
+    thread, forward and backward: 26.8 -> 20.9 ms a layer; the same values but for rounding
+    (tests/test_layers.py)."""
+    @tf.custom_gradient
+    def _gelu(x):
+        cdf = 0.5 * tf.math.erfc(x * -_SQRT_HALF)
+        def grad(dy):
+            # phi(x) = exp(-x^2/2) / sqrt(2 pi), the constant folded into the exponent.
+            return dy * (cdf + x * tf.exp(tf.square(x) * -0.5 - _LOG_SQRT_2PI))
+        return x * cdf, grad
+    return _gelu(x)
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """LayerNorm over the last axis, (x - mean) / sqrt(variance + epsilon) x gamma + beta, with
+    its gradient written out (the standard closed form: dx = (g - mean(g) - xhat mean(g xhat)) /
+    sqrt(variance + epsilon) with g = dy gamma) rather than TensorFlow's op by op through the
+    moments, and gamma's and beta's sums as column_sums. MiniLM's [2048, 384], one thread,
+    forward and backward: 6.1 -> 4.5 ms for each of its 13."""
+    @tf.custom_gradient
+    def _layer_norm(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        rstd = tf.math.rsqrt(variance + epsilon)
+        xhat = (x - mean) * rstd
+        def grad(dy):
+            g = dy * gamma
+            dx = rstd * (g - tf.reduce_mean(g, -1, keepdims=True)
+                         - xhat * tf.reduce_mean(g * xhat, -1, keepdims=True))
+            return dx, column_sums(dy * xhat), column_sums(dy)
+        return xhat * gamma + beta, grad
+    return _layer_norm(x, gamma, beta)
+
+
+def column_sums(t):
+    """t summed over every axis but the last: BiasAdd's gradient kernel, 2-4x faster on CPU
+    than tf.reduce_sum over those axes (see BertClassifier._dense)."""
+    return tf.raw_ops.BiasAddGrad(out_backprop=t)
+
+
 def _activation(name):
     if name == "gelu":
-        return lambda x: tf.nn.gelu(x, approximate=False)
+        return gelu
     if name in ("gelu_tanh", "gelu_new"):
         return lambda x: tf.nn.gelu(x, approximate=True)
     return {"relu": tf.nn.relu, "tanh": tf.tanh, "linear": tf.identity}[name]
@@ -201,12 +247,13 @@ class BertClassifier(VariableTree):
     # -- forward pass -----------------------------------------------------------------------------
 
     def _dense(self, x, prefix, compute_dtype=tf.float32):
-        return matmul(x, self.var(prefix + "/kernel"), compute_dtype) + self.var(prefix + "/bias")
+        # BiasAdd rather than a broadcasting +: its gradient is BiasAddGrad, which sums the
+        # [tokens, units] gradient over the tokens 2-4x faster than Sum over axis 0 does on CPU
+        # (MiniLM's intermediate bias, [2048, 1536], one thread: 2.9 -> 0.75 ms).
+        return tf.nn.bias_add(matmul(x, self.var(prefix + "/kernel"), compute_dtype), self.var(prefix + "/bias"))
 
     def _layer_norm(self, x, prefix):
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        x = (x - mean) * tf.math.rsqrt(variance + LAYER_NORM_EPSILON)
-        return x * self.var(prefix + "/gamma") + self.var(prefix + "/beta")
+        return layer_norm(x, self.var(prefix + "/gamma"), self.var(prefix + "/beta"), LAYER_NORM_EPSILON)
 
     def encode(self, input_ids, input_mask, segment_ids, dropout_seed=None):
         """Returns (sequence_output [B, S, H], pooled_output [B, H]).

@@ -1,0 +1,124 @@
+"""The layers whose gradients the exporter writes out by hand (model.gelu, model.layer_norm) and
+the column sums they and the dense layers' biases use (model.column_sums), each against
+TensorFlow's own differentiation of the plain formula and against central finite differences,
+in float64 so that the bounds can be tight: the closed forms are exact, only rounding differs."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertgraph.exporter.model import LAYER_NORM_EPSILON, column_sums, gelu, layer_norm
+
+
+def _reference_layer_norm(x, gamma, beta, epsilon):
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
+
+
+def _gradients(f, args, dy):
+    args = [tf.constant(a) for a in args]
+    with tf.GradientTape() as tape:
+        tape.watch(args)
+        y = f(*args)
+    return y.numpy(), [g.numpy() for g in tape.gradient(y, args, output_gradients=tf.constant(dy))]
+
+
+def _finite_difference(f, args, dy, direction, h=1e-6):
+    """d/dt of sum(dy x f(args + t direction)) at t = 0, by central differences."""
+    def at(t):
+        return float(np.sum(dy * f(*[tf.constant(a + t * d) for a, d in zip(args, direction)]).numpy()))
+    return (at(h) - at(-h)) / (2 * h)
+
+
+def _reference_gelu(x):
+    """0.5 x erfc(-x / sqrt 2), differentiated by TensorFlow op by op. (tf.nn.gelu computes the
+    same in float32, but in float64 it rounds 1/sqrt 2 to float32 first: 1e-5 off.)"""
+    return 0.5 * x * tf.math.erfc(-x * tf.constant(math.sqrt(0.5), x.dtype))
+
+
+def test_gelu_is_the_exact_gelu_with_its_derivative():
+    rng = np.random.default_rng(0)
+    # The tails too: erfc underflows to 0 below about -27 and its derivative with it.
+    x = np.concatenate([rng.standard_normal(4000) * 3, [-40.0, -27.0, -10.0, -1e-8, 0.0, 1e-8, 10.0, 40.0]])
+    dy = rng.standard_normal(x.shape)
+    y, (dx,) = _gradients(gelu, [x], dy)
+    want_y, (want_dx,) = _gradients(_reference_gelu, [x], dy)
+    np.testing.assert_allclose(y, [0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x], rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(y, want_y, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-12, atol=1e-15)
+    assert np.all(np.isfinite(dx))
+    # Off the tails, the derivative is where the function's slope is; and 0 and 1 far out.
+    direction = [rng.standard_normal(x.shape)]
+    analytic = float(np.sum(dx * direction[0]))
+    assert abs(_finite_difference(gelu, [x], dy, direction) - analytic) < 1e-6 * abs(analytic)
+    _, (slope,) = _gradients(gelu, [np.array([-40.0, 40.0])], np.ones(2))
+    assert slope[0] == 0.0 and slope[1] == 1.0
+
+
+def test_gelu_float32_is_tensorflows():
+    x = np.random.default_rng(5).standard_normal(10000).astype(np.float32) * 4
+    want = tf.nn.gelu(tf.constant(x), approximate=False).numpy()
+    np.testing.assert_allclose(gelu(tf.constant(x)).numpy(), want, rtol=2e-7, atol=1e-30)
+
+
+def test_gelu_float32_matches_float64():
+    x = np.random.default_rng(1).standard_normal(10000) * 4
+    dy = np.ones_like(x)
+    y32, (dx32,) = _gradients(gelu, [x.astype(np.float32)], dy.astype(np.float32))
+    y64, (dx64,) = _gradients(gelu, [x], dy)
+    np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx32, dx64, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (3, 20, 48)])
+def test_layer_norm_gradients_are_tensorflows(shape):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape) * 3 + 1
+    x[0] = 5.0  # a constant row: its variance is 0 and epsilon alone keeps it finite
+    gamma = rng.standard_normal(shape[-1:]) * 0.2 + 1
+    beta = rng.standard_normal(shape[-1:]) * 0.2
+    dy = rng.standard_normal(shape)
+    eps = LAYER_NORM_EPSILON
+
+    def ours(x, g, b):
+        return layer_norm(x, g, b, eps)
+
+    def reference(x, g, b):
+        return _reference_layer_norm(x, g, b, eps)
+
+    y, grads = _gradients(ours, [x, gamma, beta], dy)
+    want_y, want = _gradients(reference, [x, gamma, beta], dy)
+    np.testing.assert_allclose(y, want_y, rtol=1e-12, atol=1e-12)
+    for name, g, w in zip(("x", "gamma", "beta"), grads, want):
+        assert g.shape == w.shape, name
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9, err_msg=name)
+    # The constant row's gradient is finite (1/sqrt(eps) = 1e6 times dy's centred part).
+    assert np.all(np.isfinite(grads[0]))
+    # Away from the constant row, where finite differences of 1e-6 would cross the eps scale.
+    direction = [rng.standard_normal(a.shape) for a in (x, gamma, beta)]
+    direction[0][0] = 0
+    analytic = sum(float(np.sum(g * d)) for g, d in zip(grads, direction))
+    numeric = _finite_difference(ours, [x, gamma, beta], dy, direction)
+    assert abs(numeric - analytic) < 1e-6 * abs(analytic), (numeric, analytic)
+
+
+def test_layer_norm_takes_variables_as_the_model_passes_them():
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.standard_normal((16, 8)), tf.float32)
+    gamma = tf.Variable(tf.ones([8]))
+    beta = tf.Variable(tf.zeros([8]))
+    with tf.GradientTape() as tape:
+        y = layer_norm(x, gamma, beta, LAYER_NORM_EPSILON)
+        loss = tf.reduce_sum(y * tf.range(8, dtype=tf.float32))
+    dgamma, dbeta = tape.gradient(loss, [gamma, beta])
+    assert dgamma is not None and dbeta is not None
+    np.testing.assert_allclose(dbeta.numpy(), 16 * np.arange(8), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2048, 7), (5, 9, 3), (1, 4)])
+def test_column_sums_sum_every_axis_but_the_last(shape):
+    t = np.random.default_rng(4).standard_normal(shape)
+    got = column_sums(tf.constant(t)).numpy()
+    assert got.shape == shape[-1:]
+    np.testing.assert_allclose(got, t.reshape(-1, shape[-1]).sum(axis=0), rtol=1e-12, atol=1e-12)
