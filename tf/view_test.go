@@ -9,10 +9,11 @@ import (
 	"unsafe"
 )
 
-// alignedFloat32s returns n zeroed float32 values starting at a TensorAlignment boundary, in
-// an allocation with room to spare so that the test does not rely on how Go aligns large ones.
-func alignedFloat32s(n int) []float32 {
-	buf := make([]float32, n+TensorAlignment/4)
+// aligned returns n zeroed values starting at a TensorAlignment boundary, in an allocation with
+// room to spare so that the test does not rely on how Go aligns large ones.
+func aligned[T Scalar](n int) []T {
+	var zero T
+	buf := make([]T, n+TensorAlignment/int(unsafe.Sizeof(zero)))
 	skip := 0
 	for uintptr(unsafe.Pointer(&buf[skip]))%TensorAlignment != 0 {
 		skip++
@@ -39,7 +40,7 @@ func waitViewsLive(want int64) bool {
 func TestTensorOverReadsTheSlice(t *testing.T) {
 	base := viewsLive.Load()
 	s, in, out := identitySession(t, Float, []int64{2, 2})
-	values := alignedFloat32s(4)
+	values := aligned[float32](4)
 	copy(values, []float32{1, 2, 3, 4})
 	view, err := NewTensorOver(values, 2, 2)
 	if err != nil {
@@ -81,7 +82,7 @@ func TestTensorOverOutlivedByAnAliasingOutput(t *testing.T) {
 	base := viewsLive.Load()
 	s, in, out := identitySession(t, Float, []int64{-1})
 	const n = 1 << 16
-	values := alignedFloat32s(n)
+	values := aligned[float32](n)
 	for i := range values {
 		values[i] = float32(i)
 	}
@@ -95,7 +96,7 @@ func TestTensorOverOutlivedByAnAliasingOutput(t *testing.T) {
 	}
 	defer outs[0].Close()
 	view.Close()
-	values = nil //nolint:ineffassign // the point: nothing in Go refers to the memory now
+	values = nil // the point: nothing in Go refers to the memory now
 	runtime.GC()
 	runtime.GC()
 	garbage := make([][]float32, 16) // allocations that would reuse the memory were it freed
@@ -125,7 +126,7 @@ func TestTensorOverOutlivedByAnAliasingOutput(t *testing.T) {
 // some leaves the others reading it.
 func TestTensorOverPartsOfOneAllocation(t *testing.T) {
 	base := viewsLive.Load()
-	flat := alignedFloat32s(64)
+	flat := aligned[float32](64)
 	for i := range flat {
 		flat[i] = float32(i)
 	}
@@ -154,7 +155,7 @@ func TestTensorOverPartsOfOneAllocation(t *testing.T) {
 }
 
 func TestTensorOverRefusesWhatItCannotWrap(t *testing.T) {
-	flat := alignedFloat32s(32)
+	flat := aligned[float32](32)
 	if _, err := NewTensorOver(flat[1:17], 16); err == nil || !strings.Contains(err.Error(), "64-byte aligned") {
 		t.Errorf("misaligned memory: %v, want an error naming the alignment", err)
 	}
@@ -169,11 +170,8 @@ func TestTensorOverRefusesWhatItCannotWrap(t *testing.T) {
 	if empty.NumElements() != 0 || !slices.Equal(empty.Shape(), []int64{0, 5}) {
 		t.Errorf("empty view: %s", empty)
 	}
-	ints := make([]int64, 8+TensorAlignment/8)
-	for uintptr(unsafe.Pointer(&ints[0]))%TensorAlignment != 0 {
-		ints = ints[1:]
-	}
-	view, err := NewTensorOver(ints[:8], 2, 4)
+	ints := aligned[int64](8)
+	view, err := NewTensorOver(ints, 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +186,7 @@ func TestTensorOverRefusesWhatItCannotWrap(t *testing.T) {
 // own as unshared), leaving the slice as it was.
 func TestOverwriteOfATensorOverCopies(t *testing.T) {
 	base := viewsLive.Load()
-	values := alignedFloat32s(3)
+	values := aligned[float32](3)
 	copy(values, []float32{1, 2, 3})
 	view, err := NewTensorOver(values, 3)
 	if err != nil {

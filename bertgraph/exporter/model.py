@@ -66,6 +66,10 @@ class VariableTree(tf.Module):
         return list(self._ordered)
 
 
+_SQRT_HALF = math.sqrt(0.5)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
 def gelu(x):
     """The exact GELU, x Phi(x) (tf.nn.gelu with approximate=False), with its derivative written
     out, Phi(x) + x phi(x), from the Phi(x) the forward pass computed, where TensorFlow
@@ -80,10 +84,6 @@ def gelu(x):
             return dy * (cdf + x * tf.exp(tf.square(x) * -0.5 - _LOG_SQRT_2PI))
         return x * cdf, grad
     return _gelu(x)
-
-
-_SQRT_HALF = math.sqrt(0.5)
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def layer_norm(x, gamma, beta, epsilon):
@@ -250,10 +250,12 @@ class BertClassifier(VariableTree):
         # BiasAdd rather than a broadcasting +: its gradient is BiasAddGrad, which sums the
         # [tokens, units] gradient over the tokens 2-4x faster than Sum over axis 0 does on CPU
         # (MiniLM's intermediate bias, [2048, 1536], one thread: 2.9 -> 0.75 ms).
-        return tf.nn.bias_add(matmul(x, self.var(prefix + "/kernel"), compute_dtype), self.var(prefix + "/bias"))
+        return tf.nn.bias_add(matmul(x, self.var(prefix + "/kernel"), compute_dtype),
+                              self.var(prefix + "/bias"))
 
     def _layer_norm(self, x, prefix):
-        return layer_norm(x, self.var(prefix + "/gamma"), self.var(prefix + "/beta"), LAYER_NORM_EPSILON)
+        return layer_norm(x, self.var(prefix + "/gamma"), self.var(prefix + "/beta"),
+                          LAYER_NORM_EPSILON)
 
     def encode(self, input_ids, input_mask, segment_ids, dropout_seed=None):
         """Returns (sequence_output [B, S, H], pooled_output [B, H]).
