@@ -48,7 +48,7 @@ func (a *arena) alloc(n int) ([]byte, bool) {
 		if err == nil {
 			return mem, true
 		}
-		if a.fallback != nil {
+		if a.fallback != nil && !errors.Is(err, backend.ErrNotLending) {
 			a.fallback(fmt.Errorf("allocating %d bytes of the %s backend's host memory: %w", n, a.host.Name(), err))
 		}
 	}

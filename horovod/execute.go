@@ -212,6 +212,18 @@ func (c *controller) allreduce(batch []*response) error {
 		return err
 	}
 	wire := c.backendPhase(kindAllreduce)
+	// reduce is the wire phase, named after the call when the backend says which way it went
+	// (backend.PathReporter: SHM_ALLREDUCE where MPI's ranks summed shared memory).
+	reduce := func(in, out []byte) error {
+		start := timeNow()
+		err := c.busy(wire, func() error { return c.data.Allreduce(in, out, s.dtype, s.op.backendOp()) })
+		what := wire
+		if p, ok := c.data.(backend.PathReporter); ok && p.AllreducePath() != "" {
+			what = p.AllreducePath() + "_" + upper(kindAllreduce)
+		}
+		c.timeline.spanAll(names, what, start)
+		return err
+	}
 	if len(ops) == 1 {
 		// One tensor needs no fusion buffer: reduce straight from its input into its output.
 		o := ops[0]
@@ -231,7 +243,7 @@ func (c *controller) allreduce(batch []*response) error {
 			scale(o.output, s.dtype, s.prescale, c.h.workers)
 			in = o.output
 		}
-		if err := phase(wire, func() error { return c.data.Allreduce(in, o.output, s.dtype, s.op.backendOp()) }); err != nil {
+		if err := reduce(in, o.output); err != nil {
 			return err
 		}
 		scale(o.output, s.dtype, post, c.h.workers)
@@ -273,7 +285,7 @@ func (c *controller) allreduce(batch []*response) error {
 		})
 		in = buf
 	}
-	if err := phase(wire, func() error { return c.data.Allreduce(in, buf, s.dtype, s.op.backendOp()) }); err != nil {
+	if err := reduce(in, buf); err != nil {
 		return err
 	}
 	if out != nil {

@@ -122,6 +122,16 @@ func (t *timeline) startAll(names []string, phase string) {
 	}
 }
 
+// spanAll writes a phase of every name that began at start and ends now, for a phase named
+// only once it is over.
+func (t *timeline) spanAll(names []string, phase string, start time.Time) {
+	now := timeNow()
+	for _, n := range names {
+		t.begin(n, phase, start)
+		t.finish(n, now)
+	}
+}
+
 func (t *timeline) endAll(names []string) {
 	now := timeNow()
 	for _, n := range names {

@@ -15,6 +15,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -236,17 +237,23 @@ type PeerProber interface {
 	ProbePeers(timeout time.Duration) string
 }
 
+// ErrNotLending is what AllocHost returns (wrapped) when the backend has no memory of its own
+// to lend in this job, which is no failure: horovod uses Go memory without a word (MPI lends
+// shared memory only when the whole job runs on one machine).
+var ErrNotLending = errors.New("no host memory of the backend's own to lend")
+
 // HostAllocator is implemented by a data Backend whose collectives move host memory of its own
 // faster than other host memory: for NCCL, page-locked ("pinned") memory the GPU reads and
 // writes by DMA, where a buffer in Go memory costs two extra host copies per collective (into
-// and out of the backend's staging buffer). horovod puts the buffers it reuses from step to step
+// and out of the backend's staging buffer); for MPI, with every rank on one machine, memory the
+// other ranks map too, so that an allreduce reads and writes every rank's buffer directly. horovod puts the buffers it reuses from step to step
 // there (a Reducer's result and float16 wire arenas), as Horovod's GPU operations keep their
 // fusion buffer on the device to avoid the same copies. Collectives accept such memory and
 // ordinary memory alike, and any sub-slice of an allocation: where they read or write it
 // directly is the backend's business, never a change in results.
 //
-// It is an interface of its own, not a Backend method, because most backends (MPI over the
-// CPU, local) have no faster memory to offer; horovod asks for it with a type assertion, as
+// It is an interface of its own, not a Backend method, because some backends (local) have no
+// faster memory to offer; horovod asks for it with a type assertion, as
 // database/sql does for optional driver interfaces.
 //
 // Unlike the collectives, its methods may be called from any goroutine, concurrently with a
@@ -256,10 +263,22 @@ type HostAllocator interface {
 	Backend
 	// AllocHost returns n > 0 bytes of the backend's host memory, zeroed or not. The memory is
 	// the backend's: valid until FreeHost or Close, whichever comes first, and never moved. When
-	// it fails (out of pinned memory), horovod uses Go memory instead, and says so once.
+	// it fails (out of pinned memory), horovod uses Go memory instead, and says so once, unless
+	// the error is ErrNotLending.
 	AllocHost(n int) ([]byte, error)
 	// FreeHost gives back memory AllocHost returned: the whole slice it returned (a part of it
 	// is an error, not the whole freed). After Close it does nothing: Close frees every
 	// allocation.
 	FreeHost(buf []byte) error
+}
+
+// PathReporter is implemented by a Backend whose Allreduce moves some buffers another way than
+// its usual one (MPI: over shared memory, see HostAllocator). horovod asks right after each
+// Allreduce, from the goroutine that made it, and names the timeline's wire phase after the
+// answer, so that a run shows which way its tensors went.
+type PathReporter interface {
+	Backend
+	// AllreducePath names the way the last Allreduce went, in capitals ("SHM"); "" for the
+	// backend's usual way, which the timeline calls by the backend's Name.
+	AllreducePath() string
 }

@@ -28,6 +28,8 @@ package mpi
 import "C"
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -103,11 +105,17 @@ type Comm struct {
 	// probeListener answers the peers' probes; peers are where to probe them (probe.go).
 	probeListener *peerprobe.Listener
 	peers         []peerprobe.Peer
+	// shm is the memory the ranks lend each other when the whole job runs on this machine
+	// (shm.go), nil otherwise; lastPath says how the last Allreduce went (AllreducePath).
+	shm      *sharedMemory
+	lastPath string
 }
 
 var (
-	_ backend.ThreadBound = (*Comm)(nil)
-	_ backend.RollCall    = (*Comm)(nil)
+	_ backend.ThreadBound   = (*Comm)(nil)
+	_ backend.RollCall      = (*Comm)(nil)
+	_ backend.HostAllocator = (*Comm)(nil)
+	_ backend.PathReporter  = (*Comm)(nil)
 )
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator, whose
@@ -127,6 +135,19 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 	if err := c.openProbe(); err != nil {
 		c.Close()
 		return nil, err
+	}
+	if c.topo.LocalSize == c.topo.Size && c.topo.Size > 1 {
+		// The segments' names carry a nonce of the job's, rank 0's, so that two jobs on one
+		// machine never open each other's.
+		nonce := make([]byte, 8)
+		if c.topo.Rank == 0 {
+			rand.Read(nonce)
+		}
+		if err := c.Broadcast(nonce, 0); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.shm = newSharedMemory(binary.LittleEndian.Uint64(nonce), c.topo.Rank, c.topo.Size)
 	}
 	return c, nil
 }
@@ -236,8 +257,9 @@ func ptr(b []byte) unsafe.Pointer {
 // on the length and the job's layout only.
 const SharedMemoryAllreduceChunk = 4 << 20
 
-// Allreduce reduces in calls of at most 2^31-1 elements, and of AllreduceChunk bytes when that is
-// set; a send aliasing recv is MPI_IN_PLACE.
+// Allreduce sums over shared memory when recv lies in memory AllocHost lent on every rank (see
+// sharedMemory); otherwise it reduces with MPI, in calls of at most 2^31-1 elements, and of
+// AllreduceChunk bytes when that is set; a send aliasing recv is MPI_IN_PLACE.
 func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	es := dt.Size()
 	if es == 0 {
@@ -245,6 +267,16 @@ func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceO
 	}
 	if len(send) != len(recv) || len(send)%es != 0 {
 		return fmt.Errorf("mpi: allreduce of %d bytes into %d bytes of %v", len(send), len(recv), dt)
+	}
+	c.lastPath = ""
+	if c.shm != nil && len(recv) >= SharedAllreduceMinBytes && op == backend.Sum && sharedSum(dt) {
+		done, err := c.sharedAllreduce(send, recv, dt)
+		if done {
+			c.lastPath = "SHM"
+		}
+		if done || err != nil {
+			return err
+		}
 	}
 	inPlace := len(send) > 0 && &send[0] == &recv[0]
 	for off := 0; off < len(recv); {
@@ -451,6 +483,10 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Unlock()
 	c.closeProbe()
+	var shmErr error
+	if c.shm != nil {
+		shmErr = c.shm.close()
+	}
 	var rc C.int
 	done := make(chan struct{})
 	c.calls <- func() { rc = C.hvd_mpi_finalize(); close(done) }
@@ -459,5 +495,5 @@ func (c *Comm) Close() error {
 	c.closed = true
 	close(c.calls)
 	c.mu.Unlock()
-	return mpiError("MPI_Finalize", rc)
+	return errors.Join(shmErr, mpiError("MPI_Finalize", rc))
 }

@@ -1,0 +1,251 @@
+package mpi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// needShared skips unless the job runs on one machine with more than one rank, where the Comm
+// lends shared memory.
+func needShared(t *testing.T) backend.Topology {
+	t.Helper()
+	topo := need(t)
+	if topo.Size < 2 || topo.LocalSize != topo.Size {
+		if _, err := comm.AllocHost(1 << 20); !errors.Is(err, backend.ErrNotLending) {
+			t.Errorf("AllocHost on %d ranks over several machines: %v, want ErrNotLending", topo.Size, err)
+		}
+		t.Skip("shared memory needs the whole job on one machine, with more than one rank")
+	}
+	return topo
+}
+
+// sharedValues are n values of dt for rank: small integers, exact in any order of summation.
+func sharedValues(dt backend.DType, rank, n int) []byte {
+	vals := make([]int, n)
+	for i := range vals {
+		vals[i] = (i*31+rank*17)%23 - 11
+	}
+	return encodeInts(dt, vals)
+}
+
+// encodeInts encodes integers as dt, wrapping the 8-bit ones.
+func encodeInts(dt backend.DType, vals []int) []byte {
+	b := make([]byte, len(vals)*dt.Size())
+	for i, v := range vals {
+		switch dt {
+		case backend.Uint8, backend.Int8:
+			b[i] = byte(v)
+		case backend.Int32:
+			binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(v)))
+		case backend.Int64:
+			binary.LittleEndian.PutUint64(b[8*i:], uint64(int64(v)))
+		case backend.Float32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+		case backend.Float64:
+			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+		case backend.Float16:
+			binary.LittleEndian.PutUint16(b[2*i:], sixteenBits[0].narrow(float32(v)))
+		}
+	}
+	return b
+}
+
+// sharedSumOf is the sum over every rank of sharedValues, computed here: exact, so that the
+// shared-memory sum (in rank order) must match it to the bit, as must MPI's (in whatever order
+// its algorithm takes on 3 ranks), checked too except for uint8, which OpenMPI 4.1's vectorized
+// operator sums saturating (255 where the modular sum of 253 and 247 is 244).
+func sharedSumOf(t *testing.T, dt backend.DType, n int) []byte {
+	t.Helper()
+	size := comm.Topology().Size
+	sums := make([]int, n)
+	for i := range sums {
+		for r := range size {
+			sums[i] += (i*31+r*17)%23 - 11
+		}
+	}
+	want := encodeInts(dt, sums)
+	got := make([]byte, len(want))
+	if err := comm.Allreduce(sharedValues(dt, comm.Topology().Rank, n), got, dt, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if comm.AllreducePath() != "" {
+		t.Fatalf("an allreduce of Go memory went %q", comm.AllreducePath())
+	}
+	if dt != backend.Uint8 && !bytes.Equal(got, want) {
+		t.Fatalf("%v: MPI's sum differs from the exact one", dt)
+	}
+	return want
+}
+
+// An allreduce of buffers in lent memory on every rank goes over shared memory (counted, and
+// named SHM for the timeline) and gives the exact sum: every dtype it sums, lengths that end inside
+// a rank's share and a cache line, a buffer at an offset in its segment, in place and from
+// another buffer; float16 (MPI's operator) and a buffer shorter than SharedAllreduceMinBytes
+// stay with MPI, from the same memory.
+func TestSharedAllreduceMatchesMPI(t *testing.T) {
+	topo := needShared(t)
+	for _, c := range []struct {
+		dt     backend.DType
+		n, off int // elements; bytes from the segment's start
+		shared bool
+	}{
+		{backend.Float32, SharedAllreduceMinBytes/4 + 5, 0, true},
+		{backend.Float32, 3 << 20, 4096 + 4, true},
+		{backend.Float64, SharedAllreduceMinBytes/8 + 3, 8, true},
+		{backend.Int32, SharedAllreduceMinBytes/4 + 17, 0, true},
+		{backend.Int64, SharedAllreduceMinBytes / 8, 0, true},
+		{backend.Uint8, SharedAllreduceMinBytes + 1, 1, true},
+		{backend.Int8, SharedAllreduceMinBytes + 63, 0, true},
+		{backend.Float16, SharedAllreduceMinBytes, 0, false},
+		{backend.Float32, SharedAllreduceMinBytes/4 - 1, 0, false},
+	} {
+		want := sharedSumOf(t, c.dt, c.n)
+		mem, err := comm.AllocHost(c.off + len(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := mem[c.off : c.off+len(want)]
+		for _, inPlace := range []bool{true, false} {
+			in := sharedValues(c.dt, topo.Rank, c.n)
+			send := buf
+			if inPlace {
+				copy(buf, in)
+			} else {
+				send = in
+			}
+			before := comm.SharedAllreduces()
+			if err := comm.Allreduce(send, buf, c.dt, backend.Sum); err != nil {
+				t.Fatal(err)
+			}
+			went := comm.SharedAllreduces() - before
+			if c.shared && (went != 1 || comm.AllreducePath() != "SHM") || !c.shared && (went != 0 || comm.AllreducePath() != "") {
+				t.Errorf("%v x %d at offset %d (in place %v): %d shared allreduces, path %q; want shared %v", c.dt, c.n, c.off, inPlace, went, comm.AllreducePath(), c.shared)
+			}
+			if !bytes.Equal(buf, want) {
+				i := 0
+				for buf[i] == want[i] {
+					i++
+				}
+				t.Errorf("%v x %d at offset %d (in place %v): the sum differs from the exact one from byte %d on (%d, want %d)", c.dt, c.n, c.off, inPlace, i, buf[i], want[i])
+			}
+		}
+		if err := comm.FreeHost(mem); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Where one rank's buffer is Go memory, every rank leaves the allreduce to MPI, alike: no rank
+// waits in a shared-memory step the others skip.
+func TestSharedAllreduceFallsBackTogether(t *testing.T) {
+	topo := needShared(t)
+	const n = 1 << 18
+	want := sharedSumOf(t, backend.Float32, n)
+	var buf []byte
+	if topo.Rank == topo.Size-1 {
+		buf = make([]byte, 4*n)
+	} else {
+		mem, err := comm.AllocHost(4 * n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := comm.FreeHost(mem); err != nil {
+				t.Error(err)
+			}
+		}()
+		buf = mem
+	}
+	copy(buf, sharedValues(backend.Float32, topo.Rank, n))
+	before := comm.SharedAllreduces()
+	if err := comm.Allreduce(buf, buf, backend.Float32, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if went := comm.SharedAllreduces() - before; went != 0 || comm.AllreducePath() != "" {
+		t.Errorf("one rank's buffer in Go memory: %d shared allreduces, path %q; want MPI's", went, comm.AllreducePath())
+	}
+	if !bytes.Equal(buf, want) {
+		t.Error("the sum differs from the exact one")
+	}
+}
+
+// A segment's file lives until every rank has mapped it (the end of its first allreduce), so
+// that a job that dies leaves none behind for buffers already in use; one never reduced keeps
+// its name until FreeHost. A rank unmaps another's segment once that one is freed.
+func TestSegmentFilesAndMappingsGoAway(t *testing.T) {
+	topo := needShared(t)
+	const n = 1 << 16
+	used, err := comm.AllocHost(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := comm.AllocHost(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := comm.shm
+	usedSeg, _, _ := m.find(used)
+	idleSeg, _, _ := m.find(idle)
+	for _, s := range []*segment{usedSeg, idleSeg} {
+		if _, err := os.Stat(s.path); err != nil {
+			t.Fatalf("a new segment's file: %v", err)
+		}
+	}
+	if err := comm.Allreduce(used, used, backend.Float32, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(usedSeg.path); !os.IsNotExist(err) {
+		t.Errorf("%s after an allreduce every rank mapped it for: %v, want it removed", usedSeg.path, err)
+	}
+	if _, err := os.Stat(idleSeg.path); err != nil {
+		t.Errorf("%s, never reduced: %v, want it there", idleSeg.path, err)
+	}
+	peer := (topo.Rank + 1) % topo.Size
+	if len(m.peers[peer]) != 1 {
+		t.Errorf("rank %d's segments mapped here: %d, want 1", peer, len(m.peers[peer]))
+	}
+	if err := comm.FreeHost(idle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(idleSeg.path); !os.IsNotExist(err) {
+		t.Errorf("%s after FreeHost: %v, want it removed", idleSeg.path, err)
+	}
+	if err := comm.FreeHost(used); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.Barrier(); err != nil { // every rank has freed its segment
+		t.Fatal(err)
+	}
+	next, err := comm.AllocHost(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.Allreduce(next, next, backend.Float32, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.peers[peer]) != 1 {
+		t.Errorf("rank %d's segments mapped here after it freed one and reduced another: %d, want 1", peer, len(m.peers[peer]))
+	}
+	if err := comm.FreeHost(next); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.FreeHost(next); err == nil {
+		t.Error("a second FreeHost of the same memory: no error")
+	}
+	part, err := comm.AllocHost(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.FreeHost(part[:4096]); err == nil {
+		t.Error("FreeHost of part of an allocation: no error")
+	}
+	if err := comm.FreeHost(part); err != nil {
+		t.Error(err)
+	}
+}
