@@ -12,8 +12,10 @@ import (
 // gradientBuffer allocates the flat gradients, which TrainStep writes, the Reducer sums in
 // place and Apply reads, in host memory horovod hands out: with the NCCL backend, pinned memory
 // its allreduce moves to and from the GPU by DMA where it lies, saving two host copies of every
-// step's gradients through the backend's staging buffer (README, GPUs); with MPI, Go memory as
-// before. free gives the memory back; it must run before Shutdown, which frees lent memory,
+// step's gradients through the backend's staging buffer (README, GPUs); with MPI and every rank
+// on this machine, shared memory, which each rank sums its share of straight out of every
+// rank's buffer (horovod/mpi: SHM_ALLREDUCE in the timeline); with MPI over several machines,
+// Go memory. free gives the memory back; it must run before Shutdown, which frees lent memory,
 // and nothing may read the gradients afterwards (the final checkpoint, evaluation and prediction
 // read TensorFlow's variables, not these).
 func (t *Trainer) gradientBuffer() (grads *bertgraph.FlatTensors, free func() error, err error) {
@@ -37,12 +39,14 @@ func (t *Trainer) gradientBuffer() (grads *bertgraph.FlatTensors, free func() er
 		return nil, nil, errors.Join(fmt.Errorf("the gradients' buffer: %w", err), buf.Free())
 	}
 	if buf.Lent() {
-		memory := "host memory"
-		if t.hvd.Backend() == "nccl" {
-			memory = "pinned host memory"
+		switch t.hvd.Backend() {
+		case "nccl":
+			t.infof("gradients in the nccl backend's pinned host memory (%.1f MB): its allreduce reads and writes them in place, no staging copy", float64(4*n)/1e6)
+		case "mpi":
+			t.infof("gradients in the mpi backend's shared memory (%.1f MB): the ranks on this machine sum them in place, each its share of every rank's", float64(4*n)/1e6)
+		default:
+			t.infof("gradients in the %s backend's host memory (%.1f MB)", t.hvd.Backend(), float64(4*n)/1e6)
 		}
-		t.infof("gradients in the %s backend's %s (%.1f MB): its allreduce reads and writes them in place, no staging copy",
-			t.hvd.Backend(), memory, float64(4*n)/1e6)
 	}
 	return grads, buf.Free, nil
 }
