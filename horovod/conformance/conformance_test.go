@@ -439,31 +439,31 @@ func TestMatchesRawMPI(t *testing.T) {
 	}
 }
 
-// TestLargeAllreduceInChunksMatchesOneMPICall: on one machine, horovod's allreduce of a tensor
-// longer than the MPI backend's chunk takes the chunked path (the backend's MPI_Allreduce calls
-// counted; one call on several machines), and it gives the bytes of one MPI_Allreduce over the
-// whole tensor (integer-valued floats: exact in any order), into a new result and into a
-// caller's Output.
+// TestLargeAllreduceInChunksMatchesOneMPICall: horovod's allreduce of a tensor longer than the
+// MPI backend's chunk gives the bytes of one MPI_Allreduce over the whole tensor (integer-valued
+// floats: exact in any order), into a new result and into a caller's Output, whichever way the
+// backend takes, counted: on one machine over shared memory in parts of SharedAllreducePart
+// (staged: the tensor is Go memory), no MPI_Allreduce; on several machines one MPI_Allreduce.
 func TestLargeAllreduceInChunksMatchesOneMPICall(t *testing.T) {
 	if raw == nil {
 		t.Skip("raw MPI reference needs mpirun")
 	}
 	in := horovod.Tensor{DType: backend.Float32, Shape: []int{largeN}, Data: rawInput(backend.Float32, hvd.Rank(), largeN)}
-	calls := uint64(1) // on several machines (the hostnames raw MPI gathered)
-	if len(ranksPerHost(hosts)) == 1 {
-		calls = uint64((len(in.Data) + mpi.SharedMemoryAllreduceChunk - 1) / mpi.SharedMemoryAllreduceChunk)
+	calls, shared := uint64(1), uint64(0) // on several machines (the hostnames raw MPI gathered)
+	if len(ranksPerHost(hosts)) == 1 && hvd.Size() > 1 {
+		calls, shared = 0, uint64((len(in.Data)+mpi.SharedAllreducePart-1)/mpi.SharedAllreducePart)
 	}
 	for _, o := range []horovod.AllreduceOptions{{Op: horovod.Sum}, {Op: horovod.Sum, Output: make([]byte, len(in.Data))}} {
-		before := world.AllreduceCalls()
+		before, sharedBefore := world.AllreduceCalls(), world.SharedAllreduces()
 		got, err := hvd.Allreduce("large", in, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := world.AllreduceCalls() - before; n != calls {
-			t.Errorf("output given %v: %d MPI_Allreduce calls for %d bytes, want %d", o.Output != nil, n, len(in.Data), calls)
+		if n, s := world.AllreduceCalls()-before, world.SharedAllreduces()-sharedBefore; n != calls || s != shared {
+			t.Errorf("output given %v: %d MPI_Allreduce calls and %d over shared memory for %d bytes, want %d and %d", o.Output != nil, n, s, len(in.Data), calls, shared)
 		}
 		if !bytes.Equal(got.Data, raw[largeKey]) {
-			t.Errorf("output given %v: horovod's chunked allreduce and one MPI_Allreduce differ", o.Output != nil)
+			t.Errorf("output given %v: horovod's allreduce and one MPI_Allreduce differ", o.Output != nil)
 		}
 	}
 }

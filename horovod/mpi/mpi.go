@@ -257,9 +257,10 @@ func ptr(b []byte) unsafe.Pointer {
 // on the length and the job's layout only.
 const SharedMemoryAllreduceChunk = 4 << 20
 
-// Allreduce sums over shared memory when recv lies in memory AllocHost lent on every rank (see
-// sharedMemory); otherwise it reduces with MPI, in calls of at most 2^31-1 elements, and of
-// AllreduceChunk bytes when that is set; a send aliasing recv is MPI_IN_PLACE.
+// Allreduce sums over shared memory when every rank runs on this machine, for sums of
+// SharedAllreduceMinBytes and more of the dtypes sharedSum lists (see sharedMemory); otherwise
+// it reduces with MPI, in calls of at most 2^31-1 elements, and of AllreduceChunk bytes when
+// that is set; a send aliasing recv is MPI_IN_PLACE.
 func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	es := dt.Size()
 	if es == 0 {
@@ -278,6 +279,12 @@ func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceO
 			return err
 		}
 	}
+	return c.mpiAllreduce(send, recv, dt, op)
+}
+
+// mpiAllreduce is Allreduce through MPI_Allreduce.
+func (c *Comm) mpiAllreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	es := dt.Size()
 	inPlace := len(send) > 0 && &send[0] == &recv[0]
 	for off := 0; off < len(recv); {
 		n := min((len(recv)-off)/es, maxCount)

@@ -50,11 +50,13 @@ type segment struct {
 func (s *segment) state() *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[0])) }
 
 // sharedMemory is the Comm's host memory when every rank of the job runs on this machine
-// (backend.HostAllocator): buffers the other ranks map too, so that an allreduce of such
-// buffers is each rank summing its share of the elements straight out of every rank's buffer
-// and writing the sum into all of them, between two synchronizations, instead of MPI moving
-// every byte through its own shared-memory channel (MiniLM's 44 MB of gradients on the 2-core
-// Xeon: 2.7 ms against 17.5 ms for one in-place MPI_Allreduce).
+// (backend.HostAllocator): buffers the other ranks map too, so that an allreduce is each rank
+// summing its share of the elements straight out of every rank's buffer and writing the sum
+// into all of them, between two synchronizations, instead of MPI moving every byte through its
+// own shared-memory channel (MiniLM's 44 MB of gradients on the 2-core Xeon: 2.7 ms against
+// 17.5 ms for one in-place MPI_Allreduce). A buffer that is not such memory is staged: copied
+// into a segment kept for that, summed there and copied back, which still beats MPI from
+// SharedAllreduceMinBytes up (make bench-peer).
 //
 // A segment's file is named after the job (a nonce rank 0 drew at Open), the rank and a counter,
 // and lives only until every rank has mapped it, at the end of the first allreduce that needs
@@ -69,7 +71,9 @@ type sharedMemory struct {
 	nextID     uint64
 	closed     bool                  // after Comm.Close, which freed everything: FreeHost does nothing
 	peers      []map[uint64]*segment // other ranks' segments mapped here, by rank and id: the collectives' goroutine only
-	reduces    atomic.Uint64         // allreduces done over shared memory
+	staging    *segment              // where an allreduce of memory not lent is summed (collectives' goroutine)
+	noStaging  bool                  // tests: no staging, as if it could not be allocated
+	reduces    atomic.Uint64         // allreduces (parts of at most SharedAllreducePart) done over shared memory
 }
 
 func newSharedMemory(nonce uint64, rank, size int) *sharedMemory {
@@ -88,6 +92,14 @@ func (m *sharedMemory) path(rank int, id uint64) string {
 // alloc returns n bytes of a new segment, its pages reserved (fallocate, so that a full
 // sharedDir is an error here, not a SIGBUS at the first write).
 func (m *sharedMemory) alloc(n int) ([]byte, error) {
+	s, err := m.allocSegment(n)
+	if err != nil {
+		return nil, err
+	}
+	return s.data, nil
+}
+
+func (m *sharedMemory) allocSegment(n int) (*segment, error) {
 	m.mu.Lock()
 	id := m.nextID
 	m.nextID++
@@ -113,7 +125,7 @@ func (m *sharedMemory) alloc(n int) ([]byte, error) {
 	m.mu.Lock()
 	m.own = append(m.own, s)
 	m.mu.Unlock()
-	return s.data, nil
+	return s, nil
 }
 
 // free gives back a segment alloc returned, whole.
@@ -273,20 +285,57 @@ func decodeDescriptor(b []byte) descriptor {
 	return descriptor{ok: flags&1 != 0, linked: flags&2 != 0, id: binary.LittleEndian.Uint64(b[8:]), off: binary.LittleEndian.Uint64(b[16:])}
 }
 
-// sharedAllreduce sums recv (after copying send into it) over shared memory when every rank's
-// recv lies in one of its segments; done is false when some rank's does not, which every rank
-// learns alike from the descriptors they exchange, and MPI is left to do the allreduce.
+// SharedAllreducePart is the largest part of an allreduce that goes over shared memory at once:
+// a longer one goes in parts this long (each its own synchronizations), chosen on the length
+// alone, so alike on every rank. A rank whose buffer is not shared memory stages a part at a
+// time through a segment this long, kept from call to call, and the parts stay in the cores'
+// caches between copying in, summing and copying out: on the 2-core Xeon, 2 ranks, 64 MiB
+// staged in 4 MiB parts took 18-23 ms, in one 64 MiB part 30-37 ms, MPI_Allreduce 39-47 ms
+// (make bench-peer's rows into a reused Output; 1 MiB and 16 MiB parts within the noise of
+// 4 MiB).
+const SharedAllreducePart = 4 << 20
+
+// sharedAllreduce sums send into recv over shared memory, in parts of at most SharedAllreducePart bytes
+// (chosen on the length alone, so alike on every rank); done is false when some rank could not
+// take part (its staging segment could not be allocated, or a segment not mapped), which every
+// rank learns alike, and MPI is left to do the allreduce.
+func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, err error) {
+	step := SharedAllreducePart / 64 * 64 // whole cache lines, so whole elements of every dtype
+	for off := 0; off < len(recv); off += step {
+		end := min(off+step, len(recv))
+		done, err := c.sharedAllreducePart(send[off:end], recv[off:end], dt)
+		if !done || err != nil {
+			if off > 0 && err == nil {
+				// The ranks agreed to go on with MPI after an earlier part went over shared
+				// memory: MPI does the rest.
+				return false, c.mpiAllreduce(send[off:], recv[off:], dt, backend.Sum)
+			}
+			return done, err
+		}
+	}
+	return true, nil
+}
+
+// sharedAllreducePart is one part of sharedAllreduce. recv is summed where it lies when it is
+// in one of this rank's segments (after send is copied into it); otherwise send is copied into
+// the staging segment, summed there, and copied out into recv.
 //
 // The descriptors' allgather is also the first synchronization: every rank's data is in place
 // when it returns. Each rank then sums its share of the elements (whole cache lines) in every
 // rank's buffer and writes the sum into all of them; a barrier ends it. The first allreduce of
 // a segment that some rank has not mapped yet adds an agreement that every rank could map every
 // buffer (else MPI does this one) before the owners remove the files' names.
-func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, err error) {
+func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType) (done bool, err error) {
 	m := c.shm
+	work := recv
 	seg, off, linked := m.find(recv)
-	if seg != nil && &send[0] != &recv[0] {
-		copy(recv, send)
+	if seg == nil {
+		if seg, err = m.stage(len(recv)); err == nil {
+			work, linked = seg.data[:len(recv)], m.isLinked(seg)
+		}
+	}
+	if seg != nil && &send[0] != &work[0] {
+		copy(work, send)
 	}
 	all := make([]byte, descriptorBytes*m.size)
 	descriptor{ok: seg != nil, linked: linked, id: seg.idOr0(), off: uint64(off)}.encode(all[descriptorBytes*m.rank:])
@@ -307,7 +356,7 @@ func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, 
 		}
 		anyLinked = anyLinked || d.linked
 		if p == m.rank {
-			bufs[p] = unsafe.Pointer(&recv[0])
+			bufs[p] = unsafe.Pointer(&work[0])
 			continue
 		}
 		s, err := m.peer(p, d.id)
@@ -347,8 +396,41 @@ func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, 
 	if err := c.Barrier(); err != nil {
 		return false, err
 	}
+	if &work[0] != &recv[0] {
+		copy(recv, work)
+	}
 	m.reduces.Add(1)
 	return true, nil
+}
+
+// stage returns the staging segment, at least n bytes long: the one of the last call, or a new
+// one when it is shorter (the old one freed, which the other ranks see and unmap).
+func (m *sharedMemory) stage(n int) (*segment, error) {
+	if m.noStaging {
+		return nil, errors.New("staging turned off")
+	}
+	if m.staging != nil && len(m.staging.data) >= n {
+		return m.staging, nil
+	}
+	if m.staging != nil {
+		old := m.staging
+		m.staging = nil
+		if err := m.free(old.data); err != nil {
+			return nil, err
+		}
+	}
+	s, err := m.allocSegment(n)
+	if err != nil {
+		return nil, err
+	}
+	m.staging = s
+	return s, nil
+}
+
+func (m *sharedMemory) isLinked(s *segment) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return s.linked
 }
 
 func (s *segment) idOr0() uint64 {
@@ -381,9 +463,10 @@ func (c *Comm) agree(ok bool) (bool, error) {
 }
 
 // AllocHost lends n bytes of shared memory (backend.HostAllocator) when every rank of the job
-// runs on this machine: an allreduce of SharedAllreduceMinBytes or more whose buffer lies in
-// such memory on every rank goes over it (see sharedMemory), and the timeline names it
-// SHM_ALLREDUCE. On several machines, or alone, it lends nothing (backend.ErrNotLending).
+// runs on this machine: an allreduce of SharedAllreduceMinBytes or more over shared memory (see
+// sharedMemory; SHM_ALLREDUCE in the timeline) sums such a buffer where it lies, where another
+// buffer is copied in and out. On several machines, or alone, it lends nothing
+// (backend.ErrNotLending).
 func (c *Comm) AllocHost(n int) ([]byte, error) {
 	if c.shm == nil {
 		return nil, fmt.Errorf("mpi: %w: the job's ranks do not all share this machine's memory", backend.ErrNotLending)
@@ -402,7 +485,8 @@ func (c *Comm) FreeHost(buf []byte) error {
 	return c.shm.free(buf)
 }
 
-// SharedAllreduces counts the allreduces this process has done over shared memory.
+// SharedAllreduces counts the allreduces this process has done over shared memory, one per
+// part of at most SharedAllreducePart bytes.
 func (c *Comm) SharedAllreduces() uint64 {
 	if c.shm == nil {
 		return 0

@@ -71,11 +71,14 @@ func sharedSumOf(t *testing.T, dt backend.DType, n int) []byte {
 	}
 	want := encodeInts(dt, sums)
 	got := make([]byte, len(want))
-	if err := comm.Allreduce(sharedValues(dt, comm.Topology().Rank, n), got, dt, backend.Sum); err != nil {
+	comm.shm.noStaging = true // Go memory, not staged: MPI's sum
+	err := comm.Allreduce(sharedValues(dt, comm.Topology().Rank, n), got, dt, backend.Sum)
+	comm.shm.noStaging = false
+	if err != nil {
 		t.Fatal(err)
 	}
 	if comm.AllreducePath() != "" {
-		t.Fatalf("an allreduce of Go memory went %q", comm.AllreducePath())
+		t.Fatalf("an allreduce of Go memory without staging went %q", comm.AllreducePath())
 	}
 	if dt != backend.Uint8 && !bytes.Equal(got, want) {
 		t.Fatalf("%v: MPI's sum differs from the exact one", dt)
@@ -83,11 +86,11 @@ func sharedSumOf(t *testing.T, dt backend.DType, n int) []byte {
 	return want
 }
 
-// An allreduce of buffers in lent memory on every rank goes over shared memory (counted, and
-// named SHM for the timeline) and gives the exact sum: every dtype it sums, lengths that end inside
-// a rank's share and a cache line, a buffer at an offset in its segment, in place and from
-// another buffer; float16 (MPI's operator) and a buffer shorter than SharedAllreduceMinBytes
-// stay with MPI, from the same memory.
+// An allreduce goes over shared memory (counted, and named SHM for the timeline), of buffers
+// in lent memory where they lie and of Go memory staged, and gives the exact sum: every dtype it
+// sums, lengths that end inside a rank's share and a cache line, a buffer at an offset in its
+// segment, in place and from another buffer; float16 (MPI's operator) and a buffer shorter
+// than SharedAllreduceMinBytes stay with MPI, from the same memory.
 func TestSharedAllreduceMatchesMPI(t *testing.T) {
 	topo := needShared(t)
 	for _, c := range []struct {
@@ -110,29 +113,34 @@ func TestSharedAllreduceMatchesMPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		buf := mem[c.off : c.off+len(want)]
-		for _, inPlace := range []bool{true, false} {
-			in := sharedValues(c.dt, topo.Rank, c.n)
-			send := buf
-			if inPlace {
-				copy(buf, in)
-			} else {
-				send = in
+		for _, lent := range []bool{true, false} {
+			buf := make([]byte, len(want))
+			if lent {
+				buf = mem[c.off : c.off+len(want)]
 			}
-			before := comm.SharedAllreduces()
-			if err := comm.Allreduce(send, buf, c.dt, backend.Sum); err != nil {
-				t.Fatal(err)
-			}
-			went := comm.SharedAllreduces() - before
-			if c.shared && (went != 1 || comm.AllreducePath() != "SHM") || !c.shared && (went != 0 || comm.AllreducePath() != "") {
-				t.Errorf("%v x %d at offset %d (in place %v): %d shared allreduces, path %q; want shared %v", c.dt, c.n, c.off, inPlace, went, comm.AllreducePath(), c.shared)
-			}
-			if !bytes.Equal(buf, want) {
-				i := 0
-				for buf[i] == want[i] {
-					i++
+			for _, inPlace := range []bool{true, false} {
+				in := sharedValues(c.dt, topo.Rank, c.n)
+				send := buf
+				if inPlace {
+					copy(buf, in)
+				} else {
+					send = in
 				}
-				t.Errorf("%v x %d at offset %d (in place %v): the sum differs from the exact one from byte %d on (%d, want %d)", c.dt, c.n, c.off, inPlace, i, buf[i], want[i])
+				before := comm.SharedAllreduces()
+				if err := comm.Allreduce(send, buf, c.dt, backend.Sum); err != nil {
+					t.Fatal(err)
+				}
+				went, parts := comm.SharedAllreduces()-before, uint64((len(want)+SharedAllreducePart-1)/SharedAllreducePart)
+				if c.shared && (went != parts || comm.AllreducePath() != "SHM") || !c.shared && (went != 0 || comm.AllreducePath() != "") {
+					t.Errorf("%v x %d (lent memory %v, at offset %d, in place %v): %d shared allreduces, path %q; want shared %v", c.dt, c.n, lent, c.off, inPlace, went, comm.AllreducePath(), c.shared)
+				}
+				if !bytes.Equal(buf, want) {
+					i := 0
+					for buf[i] == want[i] {
+						i++
+					}
+					t.Errorf("%v x %d (lent memory %v, at offset %d, in place %v): the sum differs from the exact one from byte %d on (%d, want %d)", c.dt, c.n, lent, c.off, inPlace, i, buf[i], want[i])
+				}
 			}
 		}
 		if err := comm.FreeHost(mem); err != nil {
@@ -141,38 +149,62 @@ func TestSharedAllreduceMatchesMPI(t *testing.T) {
 	}
 }
 
-// Where one rank's buffer is Go memory, every rank leaves the allreduce to MPI, alike: no rank
-// waits in a shared-memory step the others skip.
+// An allreduce longer than SharedAllreducePart goes in parts, each over shared memory: staged, its
+// staging segment no longer than SharedAllreducePart.
+func TestLongAllreduceGoesInParts(t *testing.T) {
+	topo := needShared(t)
+	n := (SharedAllreducePart + SharedAllreducePart/2 + 12) / 4
+	want := sharedSumOf(t, backend.Float32, n)
+	buf := sharedValues(backend.Float32, topo.Rank, n)
+	before := comm.SharedAllreduces()
+	if err := comm.Allreduce(buf, buf, backend.Float32, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if went := comm.SharedAllreduces() - before; went != 2 {
+		t.Errorf("%d bytes: %d parts over shared memory, want 2", 4*n, went)
+	}
+	if !bytes.Equal(buf, want) {
+		t.Error("the sum differs from the exact one")
+	}
+	if got := len(comm.shm.staging.data); got > SharedAllreducePart {
+		t.Errorf("staging segment of %d bytes, want at most %d", got, SharedAllreducePart)
+	}
+}
+
+// Where one rank cannot take part (its staging segment could not be allocated), every rank
+// leaves the allreduce to MPI, alike: no rank waits in a shared-memory step the others skip.
 func TestSharedAllreduceFallsBackTogether(t *testing.T) {
 	topo := needShared(t)
 	const n = 1 << 18
 	want := sharedSumOf(t, backend.Float32, n)
-	var buf []byte
-	if topo.Rank == topo.Size-1 {
-		buf = make([]byte, 4*n)
-	} else {
-		mem, err := comm.AllocHost(4 * n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := comm.FreeHost(mem); err != nil {
-				t.Error(err)
-			}
-		}()
-		buf = mem
-	}
-	copy(buf, sharedValues(backend.Float32, topo.Rank, n))
+	buf := sharedValues(backend.Float32, topo.Rank, n)
+	comm.shm.noStaging = topo.Rank == topo.Size-1
+	defer func() { comm.shm.noStaging = false }()
 	before := comm.SharedAllreduces()
 	if err := comm.Allreduce(buf, buf, backend.Float32, backend.Sum); err != nil {
 		t.Fatal(err)
 	}
 	if went := comm.SharedAllreduces() - before; went != 0 || comm.AllreducePath() != "" {
-		t.Errorf("one rank's buffer in Go memory: %d shared allreduces, path %q; want MPI's", went, comm.AllreducePath())
+		t.Errorf("one rank unable to stage: %d shared allreduces, path %q; want MPI's", went, comm.AllreducePath())
 	}
 	if !bytes.Equal(buf, want) {
 		t.Error("the sum differs from the exact one")
 	}
+}
+
+// peerSegment tells every rank the id of a segment of its own and returns peer's.
+func peerSegment(t *testing.T, id uint64, peer int) uint64 {
+	t.Helper()
+	size := comm.Topology().Size
+	all, counts := make([]byte, 8*size), make([]int, size)
+	for i := range counts {
+		counts[i] = 8
+	}
+	mine := binary.LittleEndian.AppendUint64(nil, id)
+	if err := comm.Allgatherv(mine, all, counts); err != nil {
+		t.Fatal(err)
+	}
+	return binary.LittleEndian.Uint64(all[8*peer:])
 }
 
 // A segment's file lives until every rank has mapped it (the end of its first allreduce), so
@@ -197,6 +229,7 @@ func TestSegmentFilesAndMappingsGoAway(t *testing.T) {
 			t.Fatalf("a new segment's file: %v", err)
 		}
 	}
+	peer := (topo.Rank + 1) % topo.Size
 	if err := comm.Allreduce(used, used, backend.Float32, backend.Sum); err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +239,9 @@ func TestSegmentFilesAndMappingsGoAway(t *testing.T) {
 	if _, err := os.Stat(idleSeg.path); err != nil {
 		t.Errorf("%s, never reduced: %v, want it there", idleSeg.path, err)
 	}
-	peer := (topo.Rank + 1) % topo.Size
-	if len(m.peers[peer]) != 1 {
-		t.Errorf("rank %d's segments mapped here: %d, want 1", peer, len(m.peers[peer]))
+	peerUsed := peerSegment(t, usedSeg.id, peer)
+	if m.peers[peer][peerUsed] == nil {
+		t.Errorf("rank %d's segment %d, reduced, is not mapped here", peer, peerUsed)
 	}
 	if err := comm.FreeHost(idle); err != nil {
 		t.Fatal(err)
@@ -229,8 +262,15 @@ func TestSegmentFilesAndMappingsGoAway(t *testing.T) {
 	if err := comm.Allreduce(next, next, backend.Float32, backend.Sum); err != nil {
 		t.Fatal(err)
 	}
-	if len(m.peers[peer]) != 1 {
-		t.Errorf("rank %d's segments mapped here after it freed one and reduced another: %d, want 1", peer, len(m.peers[peer]))
+	nextSeg, _, _ := m.find(next)
+	if id := peerSegment(t, nextSeg.id, peer); m.peers[peer][id] == nil {
+		t.Errorf("rank %d's segment %d, reduced, is not mapped here", peer, id)
+	}
+	if m.peers[peer][peerUsed] != nil {
+		t.Errorf("rank %d's segment %d is still mapped here after it was freed", peer, peerUsed)
+	}
+	if err := comm.Barrier(); err != nil { // every rank has looked before any frees next
+		t.Fatal(err)
 	}
 	if err := comm.FreeHost(next); err != nil {
 		t.Fatal(err)

@@ -123,6 +123,17 @@ func main() {
 		flat[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: flatBuf[i*big/64 : (i+1)*big/64]}}
 		scattered[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: make([]byte, big/64)}}
 	}
+	// The same 64 gradients in the MPI backend's shared memory, as finetune's gradient buffer is
+	// when every rank runs on this machine (an allreduce over it is SHM_ALLREDUCE); Go memory
+	// elsewhere, where the backend lends none.
+	sharedBuf, err := comm.AllocHost(big)
+	if err != nil {
+		sharedBuf = make([]byte, big)
+	}
+	shared := make([]horovod.NamedTensor, 64)
+	for i := range shared {
+		shared[i] = horovod.NamedTensor{Name: fmt.Sprintf("g%02d", i), Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: sharedBuf[i*big/64 : (i+1)*big/64]}}
+	}
 	bigOne, smallOne := one(big), one(small)
 	reducer := func(opts horovod.ReducerOptions, grads []horovod.NamedTensor, iters *int) func(*horovod.Horovod) float64 {
 		return func(h *horovod.Horovod) float64 { return timeReducer(h, opts, grads, *iters) }
@@ -165,6 +176,7 @@ func main() {
 		{"  64 x 1 MiB allocated apart, via the fusion buffer (in place)", "", rawAllreduce(big, true, false, bigIters), reducer(sum, scattered, bigIters), nil},
 		{"  64 x 1 MiB flat, InPlace, average (postscale 1/size)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{InPlace: true}, flat, bigIters), nil},
 		{"  64 x 1 MiB flat, InPlace, average deferred (finetune)", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(horovod.ReducerOptions{InPlace: true, DeferAverage: true}, flat, bigIters), nil},
+		{"  64 x 1 MiB flat in the backend's shared memory, InPlace, average deferred (finetune)", "  (target >= 0.95)", rawAllreduce(big, true, false, bigIters), reducer(horovod.ReducerOptions{InPlace: true, DeferAverage: true}, shared, bigIters), nil},
 		{"  64 x 1 MiB flat, average, fp16 compression (in place)", "", rawAllreduce(big, true, true, bigIters), reducer(horovod.ReducerOptions{Compression: horovod.FP16Compression}, flat, bigIters), nil},
 		latencyRow,
 		// The general API, one tensor per call, against MPI out of place (Allreduce returns a new
