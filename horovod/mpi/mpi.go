@@ -138,16 +138,27 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 	}
 	if c.topo.LocalSize == c.topo.Size && c.topo.Size > 1 {
 		// The segments' names carry a nonce of the job's, rank 0's, so that two jobs on one
-		// machine never open each other's.
+		// machine never open each other's, and their owner's process ID, which every rank
+		// learns here, so that a later job can remove the files of one that died.
 		nonce := make([]byte, 8)
 		if c.topo.Rank == 0 {
 			rand.Read(nonce)
 		}
-		if err := c.Broadcast(nonce, 0); err != nil {
+		pids := make([]byte, 8*c.topo.Size)
+		counts := make([]int, c.topo.Size)
+		for i := range counts {
+			counts[i] = 8
+		}
+		err := c.Broadcast(nonce, 0)
+		if err == nil {
+			err = c.Allgatherv(binary.LittleEndian.AppendUint64(nil, uint64(os.Getpid())), pids, counts)
+		}
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		c.shm = newSharedMemory(binary.LittleEndian.Uint64(nonce), c.topo.Rank, c.topo.Size)
+		c.shm = newSharedMemory(binary.LittleEndian.Uint64(nonce), c.topo.Rank, c.topo.Size, pids)
+		removeDeadSegments(sharedDir)
 	}
 	return c, nil
 }

@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -58,13 +61,14 @@ func (s *segment) state() *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[0])) 
 // into a segment kept for that, summed there and copied back, which still beats MPI from
 // SharedAllreduceMinBytes up (make bench-peer).
 //
-// A segment's file is named after the job (a nonce rank 0 drew at Open), the rank and a counter,
-// and lives only until every rank has mapped it, at the end of the first allreduce that needs
-// it, or until it is freed: a job that dies leaves at most the files of buffers no allreduce has
-// used yet. The owner marks a freed segment in its header; another rank unmaps it when it next
+// A segment's file is named after its owner's process, the job (a nonce rank 0 drew at Open),
+// the rank and a counter, and lives only until every rank has mapped it, at the end of the first
+// allreduce that needs it, or until it is freed: a job that dies leaves at most the files of
+// buffers no allreduce has used yet, which the next job on the machine removes at Open
+// (removeDeadSegments). The owner marks a freed segment in its header; another rank unmaps it when it next
 // maps a segment of that owner.
 type sharedMemory struct {
-	prefix     string // sharedDir/gorovod-<nonce>-
+	paths      []string // by rank: the path of its segments but the counter
 	rank, size int
 	mu         sync.Mutex // guards own, nextID and the segments' linked: AllocHost and FreeHost may run during a collective
 	own        []*segment
@@ -73,20 +77,49 @@ type sharedMemory struct {
 	peers      []map[uint64]*segment // other ranks' segments mapped here, by rank and id: the collectives' goroutine only
 	staging    *segment              // where an allreduce of memory not lent is summed (collectives' goroutine)
 	noStaging  bool                  // tests: no staging, as if it could not be allocated
+	beforePart func(off int)         // tests: called before each part of sharedAllreduce
 	reduces    atomic.Uint64         // allreduces (parts of at most SharedAllreducePart) done over shared memory
 }
 
-func newSharedMemory(nonce uint64, rank, size int) *sharedMemory {
-	m := &sharedMemory{prefix: fmt.Sprintf("%s/gorovod-%016x-", sharedDir, nonce), rank: rank, size: size,
-		peers: make([]map[uint64]*segment, size)}
+func newSharedMemory(nonce uint64, rank, size int, pids []byte) *sharedMemory {
+	m := &sharedMemory{rank: rank, size: size, paths: make([]string, size), peers: make([]map[uint64]*segment, size)}
 	for p := range m.peers {
 		m.peers[p] = map[uint64]*segment{}
+		m.paths[p] = fmt.Sprintf("%s/%s%d-%016x-%d-", sharedDir, segmentPrefix, binary.LittleEndian.Uint64(pids[8*p:]), nonce, p)
 	}
 	return m
 }
 
+// segmentPrefix begins every segment's file name, which goes on with the owner's process ID,
+// the job's nonce, the owner's rank and the segment's counter.
+const segmentPrefix = "gorovod-"
+
 func (m *sharedMemory) path(rank int, id uint64) string {
-	return fmt.Sprintf("%s%d-%d", m.prefix, rank, id)
+	return fmt.Sprintf("%s%d", m.paths[rank], id)
+}
+
+// removeDeadSegments removes the files in dir of segments whose owner process no longer runs: a
+// job that died before its first allreduce (or before FreeHost) left them. A process ID reused
+// since by another process keeps its dead namesake's files until that one ends too.
+func removeDeadSegments(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), segmentPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.Remove(filepath.Join(dir, e.Name())) // another job's sweep may have been first
+		}
+	}
 }
 
 // alloc returns n bytes of a new segment, its pages reserved (fallocate, so that a full
@@ -295,20 +328,25 @@ func decodeDescriptor(b []byte) descriptor {
 // 4 MiB).
 const SharedAllreducePart = 4 << 20
 
-// sharedAllreduce sums send into recv over shared memory, in parts of at most SharedAllreducePart bytes
-// (chosen on the length alone, so alike on every rank); done is false when some rank could not
-// take part (its staging segment could not be allocated, or a segment not mapped), which every
-// rank learns alike, and MPI is left to do the allreduce.
+// sharedAllreduce sums send into recv over shared memory, in parts of at most
+// SharedAllreducePart bytes (chosen on the length alone, so alike on every rank); done is false
+// when some rank could not take part in the first part (its staging segment could not be
+// allocated, or a segment not mapped), which every rank learns alike, and MPI is left to do the
+// allreduce; after the first, MPI does the remaining parts here.
 func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, err error) {
 	step := SharedAllreducePart / 64 * 64 // whole cache lines, so whole elements of every dtype
 	for off := 0; off < len(recv); off += step {
 		end := min(off+step, len(recv))
+		if c.shm.beforePart != nil {
+			c.shm.beforePart(off)
+		}
 		done, err := c.sharedAllreducePart(send[off:end], recv[off:end], dt)
 		if !done || err != nil {
 			if off > 0 && err == nil {
 				// The ranks agreed to go on with MPI after an earlier part went over shared
-				// memory: MPI does the rest.
-				return false, c.mpiAllreduce(send[off:], recv[off:], dt, backend.Sum)
+				// memory: MPI does the rest, and the allreduce is done (the parts already
+				// summed must not be summed again).
+				return true, c.mpiAllreduce(send[off:], recv[off:], dt, backend.Sum)
 			}
 			return done, err
 		}

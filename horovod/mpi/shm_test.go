@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -207,6 +210,28 @@ func peerSegment(t *testing.T, id uint64, peer int) uint64 {
 	return binary.LittleEndian.Uint64(all[8*peer:])
 }
 
+// When the ranks can no longer go on over shared memory after a first part (here: the last
+// rank's staging fails from the second part on), MPI sums the rest, and only the rest: the
+// parts already summed are not summed again.
+func TestAllreduceFallsBackAfterAPart(t *testing.T) {
+	topo := needShared(t)
+	n := (2*SharedAllreducePart + 8) / 4
+	want := sharedSumOf(t, backend.Float32, n)
+	buf := sharedValues(backend.Float32, topo.Rank, n)
+	comm.shm.beforePart = func(off int) { comm.shm.noStaging = off > 0 && topo.Rank == topo.Size-1 }
+	defer func() { comm.shm.beforePart, comm.shm.noStaging = nil, false }()
+	before := comm.SharedAllreduces()
+	if err := comm.Allreduce(buf, buf, backend.Float32, backend.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if went := comm.SharedAllreduces() - before; went != 1 {
+		t.Errorf("%d parts over shared memory, want 1 (then MPI)", went)
+	}
+	if !bytes.Equal(buf, want) {
+		t.Error("the sum differs from the exact one")
+	}
+}
+
 // A segment's file lives until every rank has mapped it (the end of its first allreduce), so
 // that a job that dies leaves none behind for buffers already in use; one never reduced keeps
 // its name until FreeHost. A rank unmaps another's segment once that one is freed.
@@ -287,5 +312,35 @@ func TestSegmentFilesAndMappingsGoAway(t *testing.T) {
 	}
 	if err := comm.FreeHost(part); err != nil {
 		t.Error(err)
+	}
+}
+
+// The files of segments whose owner process has ended are removed at the next Open on the
+// machine; a running owner's, and files of other names, are left alone.
+func TestDeadSegmentsAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("%s%d-0123456789abcdef-1-0", segmentPrefix, ended.ProcessState.Pid())
+	keep := []string{
+		fmt.Sprintf("%s%d-0123456789abcdef-0-3", segmentPrefix, os.Getpid()),
+		segmentPrefix + "notapid-1-2",
+		"another-program",
+	}
+	for _, name := range append([]string{dead}, keep...) {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeDeadSegments(dir)
+	if _, err := os.Stat(filepath.Join(dir, dead)); !os.IsNotExist(err) {
+		t.Errorf("%s, whose owner has ended: %v, want it removed", dead, err)
+	}
+	for _, name := range keep {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v, want it left alone", name, err)
+		}
 	}
 }
