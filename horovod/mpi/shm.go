@@ -368,20 +368,22 @@ func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType) (done bo
 	work := recv
 	seg, off, linked := m.find(recv)
 	if seg == nil {
-		if seg, err = m.stage(len(recv)); err == nil {
-			work, linked = seg.data[:len(recv)], m.isLinked(seg)
+		// A rank that cannot stage says so in its descriptor, and every rank leaves this part
+		// to MPI.
+		if staged, stageErr := m.stage(len(recv)); stageErr == nil {
+			seg, work, linked = staged, staged.data[:len(recv)], m.isLinked(staged)
 		}
 	}
 	if seg != nil && &send[0] != &work[0] {
 		copy(work, send)
 	}
-	all := make([]byte, descriptorBytes*m.size)
-	descriptor{ok: seg != nil, linked: linked, id: seg.idOr0(), off: uint64(off)}.encode(all[descriptorBytes*m.rank:])
+	mine, all := make([]byte, descriptorBytes), make([]byte, descriptorBytes*m.size)
+	descriptor{ok: seg != nil, linked: linked, id: seg.idOr0(), off: uint64(off)}.encode(mine)
 	counts := make([]int, m.size)
 	for i := range counts {
 		counts[i] = descriptorBytes
 	}
-	if err := c.Allgatherv(all[descriptorBytes*m.rank:descriptorBytes*(m.rank+1)], all, counts); err != nil {
+	if err := c.Allgatherv(mine, all, counts); err != nil {
 		return false, err
 	}
 	bufs := make([]unsafe.Pointer, m.size)
