@@ -144,14 +144,10 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 		if c.topo.Rank == 0 {
 			rand.Read(nonce)
 		}
-		pids := make([]byte, 8*c.topo.Size)
-		counts := make([]int, c.topo.Size)
-		for i := range counts {
-			counts[i] = 8
-		}
+		var pids []byte
 		err := c.Broadcast(nonce, 0)
 		if err == nil {
-			err = c.Allgatherv(binary.LittleEndian.AppendUint64(nil, uint64(os.Getpid())), pids, counts)
+			pids, err = c.allgatherEqual(binary.LittleEndian.AppendUint64(nil, uint64(os.Getpid())))
 		}
 		if err != nil {
 			c.Close()
@@ -381,6 +377,19 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	return c.call("MPI_Allgatherv", func() C.int {
 		return C.hvd_mpi_allgatherv_blocking(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)])
 	})
+}
+
+// allgatherEqual is Allgatherv of parts as long as mine on every rank: every rank's, in rank
+// order.
+func (c *Comm) allgatherEqual(mine []byte) ([]byte, error) {
+	all, counts := make([]byte, len(mine)*c.topo.Size), make([]int, c.topo.Size)
+	for r := range counts {
+		counts[r] = len(mine)
+	}
+	if err := c.Allgatherv(mine, all, counts); err != nil {
+		return nil, err
+	}
+	return all, nil
 }
 
 // NegotiationAllgatherv is Allgatherv for horovod's negotiation rounds (backend.Negotiator):

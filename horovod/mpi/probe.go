@@ -34,12 +34,8 @@ func (c *Comm) openProbe() error {
 			ln = nil
 		}
 	}
-	all := make([]byte, peerprobe.RecordSize*c.topo.Size)
-	counts := make([]int, c.topo.Size)
-	for r := range counts {
-		counts[r] = peerprobe.RecordSize
-	}
-	if err := c.Allgatherv(rec, all, counts); err != nil {
+	all, err := c.allgatherEqual(rec)
+	if err != nil {
 		if ln != nil {
 			ln.Close()
 		}

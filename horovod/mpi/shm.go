@@ -377,13 +377,10 @@ func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType) (done bo
 	if seg != nil && &send[0] != &work[0] {
 		copy(work, send)
 	}
-	mine, all := make([]byte, descriptorBytes), make([]byte, descriptorBytes*m.size)
+	mine := make([]byte, descriptorBytes)
 	descriptor{ok: seg != nil, linked: linked, id: seg.idOr0(), off: uint64(off)}.encode(mine)
-	counts := make([]int, m.size)
-	for i := range counts {
-		counts[i] = descriptorBytes
-	}
-	if err := c.Allgatherv(mine, all, counts); err != nil {
+	all, err := c.allgatherEqual(mine)
+	if err != nil {
 		return false, err
 	}
 	bufs := make([]unsafe.Pointer, m.size)
@@ -486,12 +483,8 @@ func (c *Comm) agree(ok bool) (bool, error) {
 	if ok {
 		mine[0] = 1
 	}
-	all := make([]byte, c.topo.Size)
-	counts := make([]int, c.topo.Size)
-	for i := range counts {
-		counts[i] = 1
-	}
-	if err := c.Allgatherv(mine, all, counts); err != nil {
+	all, err := c.allgatherEqual(mine)
+	if err != nil {
 		return false, err
 	}
 	for _, b := range all {

@@ -198,13 +198,8 @@ func TestSharedAllreduceFallsBackTogether(t *testing.T) {
 // peerSegment tells every rank the id of a segment of its own and returns peer's.
 func peerSegment(t *testing.T, id uint64, peer int) uint64 {
 	t.Helper()
-	size := comm.Topology().Size
-	all, counts := make([]byte, 8*size), make([]int, size)
-	for i := range counts {
-		counts[i] = 8
-	}
-	mine := binary.LittleEndian.AppendUint64(nil, id)
-	if err := comm.Allgatherv(mine, all, counts); err != nil {
+	all, err := comm.allgatherEqual(binary.LittleEndian.AppendUint64(nil, id))
+	if err != nil {
 		t.Fatal(err)
 	}
 	return binary.LittleEndian.Uint64(all[8*peer:])
