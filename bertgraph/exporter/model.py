@@ -268,14 +268,26 @@ class BertClassifier(VariableTree):
         """run_classifier's create_model: dropout (0.1 in Google's code; hidden_dropout_prob here,
         the same value in every released config) on the pooled output, then the output layer.
         ``compute_dtype``: see the module docstring; the output layer stays float32 (its logits
-        feed the loss directly, and it is tiny)."""
+        feed the loss directly, and it is tiny). The last layer runs for the first token only
+        (``_encode``'s first_token_only): nothing here reads the other tokens' outputs."""
         drop = Dropout(dropout_seed)
-        _, pooled = self._encode(input_ids, input_mask, segment_ids, drop, compute_dtype)
+        _, pooled = self._encode(input_ids, input_mask, segment_ids, drop, compute_dtype,
+                                 first_token_only=True)
         pooled = drop(pooled, self.config.hidden_dropout_prob)
         return tf.matmul(pooled, self.var("output_weights"), transpose_b=True) \
             + self.var("output_bias")
 
-    def _encode(self, input_ids, input_mask, segment_ids, drop, compute_dtype=tf.float32):
+    def _encode(self, input_ids, input_mask, segment_ids, drop, compute_dtype=tf.float32,
+                first_token_only=False):
+        """(sequence_output, pooled_output) as ``encode`` documents them.
+
+        ``first_token_only``: the pooler reads the last layer's output at the first token only,
+        and a layer's output at one position depends on the layer's input at every position only
+        through the keys and values. So the last layer computes its keys and values for every
+        token and all the rest (queries, attention, the output projection, the feed-forward
+        block, both LayerNorms, dropout) for the first token alone; sequence_output is then None.
+        The pooled output and every gradient are the full layer's but for rounding (tests/
+        test_model.py), in about a sixth less work for MiniLM's 6 layers."""
         c, cd = self.config, compute_dtype
         act = _activation(c.hidden_act)
         h, heads = c.hidden_size, c.num_attention_heads
@@ -296,17 +308,25 @@ class BertClassifier(VariableTree):
         adder = (1.0 - mask) * MASK_ADDER
         x = tf.reshape(x, [-1, h])  # [B*S, H], as Google's transformer_model keeps it
 
-        def split_heads(t):
-            return tf.transpose(tf.reshape(t, [batch, seq, heads, head]), [0, 2, 1, 3])
+        def split_heads(t, positions=seq):
+            return tf.transpose(tf.reshape(t, [batch, positions, heads, head]), [0, 2, 1, 3])
 
         for n in range(c.num_hidden_layers):
             p = f"bert/encoder/layer_{n}"
+            last = n == c.num_hidden_layers - 1
+            # The rows of x the layer computes its output for: every token's, or in the last
+            # layer with first_token_only the first token's of each sequence ([B, H]).
+            if last and first_token_only:
+                rows, positions = tf.reshape(x, [batch, seq, h])[:, 0], 1
+            else:
+                rows, positions = x, seq
             # Both scalar factors of attention go where the tensor is a quarter of the scores'
             # size ([B, heads, S, head] against [B, heads, S, S]): 1/sqrt(head) on the queries
             # rather than the scores, and dropout's scale on the context rather than the
             # probabilities. Both products are linear in them, so the results are Google's but
             # for rounding, in two fewer passes over the scores each way (forward, backward).
-            q = split_heads(self._dense(x, p + "/attention/self/query", cd) * (1.0 / math.sqrt(head)))
+            q = split_heads(self._dense(rows, p + "/attention/self/query", cd)
+                            * (1.0 / math.sqrt(head)), positions)
             k = split_heads(self._dense(x, p + "/attention/self/key", cd))
             v = split_heads(self._dense(x, p + "/attention/self/value", cd))
             scores = matmul(q, k, cd, transpose_b=True) + adder
@@ -317,11 +337,15 @@ class BertClassifier(VariableTree):
             ctx = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [-1, h])
             attn = drop(self._dense(ctx, p + "/attention/output/dense", cd),
                         c.hidden_dropout_prob)
-            attn = self._layer_norm(attn + x, p + "/attention/output/LayerNorm")
+            attn = self._layer_norm(attn + rows, p + "/attention/output/LayerNorm")
             inter = act(self._dense(attn, p + "/intermediate/dense", cd))
             out = drop(self._dense(inter, p + "/output/dense", cd), c.hidden_dropout_prob)
             x = self._layer_norm(out + attn, p + "/output/LayerNorm")
 
-        sequence_output = tf.reshape(x, [batch, seq, h])
-        pooled = tf.tanh(self._dense(sequence_output[:, 0], "bert/pooler/dense", cd))
+        if first_token_only:
+            sequence_output, first = None, x
+        else:
+            sequence_output = tf.reshape(x, [batch, seq, h])
+            first = sequence_output[:, 0]
+        pooled = tf.tanh(self._dense(first, "bert/pooler/dense", cd))
         return sequence_output, pooled

@@ -67,6 +67,13 @@ def test_encoder_matches_independent_numpy_forward_pass(converted):
     np.testing.assert_allclose(pooled.numpy(), ref_pooled, atol=1e-4, rtol=0)
     # The comparison is not vacuous: the two sentences encode differently.
     assert np.abs(ref_pooled[0] - ref_pooled[1]).max() > 1e-2
+    # The classifier's logits, whose last layer runs for the first token only, are the head
+    # over the reference's pooled output.
+    head = model.var("output_weights").numpy().astype(np.float64)
+    ref_logits = ref_pooled @ head.T + model.var("output_bias").numpy()
+    logits = model.logits(tf.constant(ids), tf.constant(mask), tf.constant(segments)).numpy()
+    np.testing.assert_allclose(logits, ref_logits, atol=1e-4, rtol=0)
+    assert np.abs(ref_logits[0] - ref_logits[1]).max() > 1e-4
 
 
 def test_hf_names_map_with_or_without_bert_prefix():
