@@ -46,7 +46,7 @@ var (
 	cpuProfile = flag.String("cpuprofile", "", "write rank 0's CPU profile of the timed rows to this file")
 	peer       = flag.String("peer", "", "instead of the table, time `make bench-peer`'s collectives at these sizes (e.g. 4K,1M,64M) and print them tab-separated")
 	peerVars   = flag.Bool("peer-variables", false, "instead of the table, time BroadcastVariables of MiniLM's variables against one MPI_Bcast of their bytes, printed as -peer prints")
-	only       = flag.String("only", "", "run only the rows whose description matches this regular expression")
+	only       = flag.String("only", "", "run only the rows whose description (with -peer: the collective's name) matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
 	network    = flag.Bool("network", false, "the rows for links between machines instead: MiniLM's gradients "+
 		"in float32, fp16 and bf16, 64 MiB and 4 KiB, against raw MPI; no conversion rates")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -46,7 +47,21 @@ func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 // where MPI has the operation,
 // raw MPI; rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
+// With -only, only the collectives whose name matches it.
 func runPeer(comm *mpi.Comm, sizes []int) {
+	collectives := peerCollectives
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			log.Fatal(err)
+		}
+		collectives = nil
+		for _, what := range peerCollectives {
+			if re.MatchString(what) {
+				collectives = append(collectives, what)
+			}
+		}
+	}
 	type row struct {
 		impl, what string
 		size       int
@@ -57,7 +72,7 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 	for _, size := range sizes {
 		iters := peerIters(size)
 		x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}
-		for _, what := range peerCollectives {
+		for _, what := range collectives {
 			var raw float64
 			var err error
 			switch what {
