@@ -212,16 +212,11 @@ func (c *controller) allreduce(batch []*response) error {
 		return err
 	}
 	wire := c.backendPhase(kindAllreduce)
-	// reduce is the wire phase, named after the call when the backend says which way it went
-	// (backend.PathReporter: SHM_ALLREDUCE where MPI's ranks summed shared memory).
+	// reduce is the wire phase, named after the call when the backend says which way it went.
 	reduce := func(in, out []byte) error {
 		start := timeNow()
 		err := c.busy(wire, func() error { return c.data.Allreduce(in, out, s.dtype, s.op.backendOp()) })
-		what := wire
-		if p, ok := c.data.(backend.PathReporter); ok && p.AllreducePath() != "" {
-			what = p.AllreducePath() + "_" + upper(kindAllreduce)
-		}
-		c.timeline.spanAll(names, what, start)
+		c.timeline.spanAll(names, c.wentPhase(kindAllreduce), start)
 		return err
 	}
 	if len(ops) == 1 {
@@ -482,9 +477,9 @@ func (c *controller) broadcast(r *response) error {
 	}
 	c.timeline.start(s.name, "QUEUE", r.ready)
 	c.timeline.end(s.name)
-	c.timeline.start(s.name, c.backendPhase(kindBroadcast), timeNow())
+	start := timeNow()
 	err := c.busy("broadcast", send)
-	c.timeline.end(s.name)
+	c.timeline.spanAll([]string{s.name}, c.wentPhase(kindBroadcast), start)
 	if err != nil {
 		return err
 	}
@@ -539,7 +534,10 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 			})
 		}
 	}
-	if err := phase(c.backendPhase(kindBroadcast), func() error { return c.data.Broadcast(buf, root) }); err != nil {
+	start := timeNow()
+	err := c.busy(c.backendPhase(kindBroadcast), func() error { return c.data.Broadcast(buf, root) })
+	c.timeline.spanAll(names, c.wentPhase(kindBroadcast), start)
+	if err != nil {
 		return err
 	}
 	if !direct {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/gorovod/gorovod/horovod/backend"
 )
 
 var timeNow = time.Now
@@ -172,9 +174,28 @@ func upper(k opKind) string { return strings.ToUpper(k.String()) }
 // NCCL_ALLGATHER, and for broadcast the collective's own name, MPI_BCAST or NCCL_BCAST (while the
 // negotiation and the operation itself are NEGOTIATE_BROADCAST and BROADCAST there too).
 func (c *controller) backendPhase(k opKind) string {
-	op := upper(k)
+	return strings.ToUpper(c.data.Name()) + "_" + phaseOp(k)
+}
+
+func phaseOp(k opKind) string {
 	if k == kindBroadcast {
-		op = "BCAST"
+		return "BCAST"
 	}
-	return strings.ToUpper(c.data.Name()) + "_" + op
+	return upper(k)
+}
+
+// wentPhase names the wire phase of the allreduce or broadcast that just ended after the way the
+// backend says it went (backend.PathReporter: SHM_ALLREDUCE, SHM_BCAST where MPI's ranks used
+// shared memory), else as backendPhase does.
+func (c *controller) wentPhase(k opKind) string {
+	if p, ok := c.data.(backend.PathReporter); ok {
+		path := p.AllreducePath()
+		if k == kindBroadcast {
+			path = p.BroadcastPath()
+		}
+		if path != "" {
+			return path + "_" + phaseOp(k)
+		}
+	}
+	return c.backendPhase(k)
 }

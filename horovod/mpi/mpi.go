@@ -106,9 +106,11 @@ type Comm struct {
 	probeListener *peerprobe.Listener
 	peers         []peerprobe.Peer
 	// shm is the memory the ranks lend each other when the whole job runs on this machine
-	// (shm.go), nil otherwise; lastPath says how the last Allreduce went (AllreducePath).
-	shm      *sharedMemory
-	lastPath string
+	// (shm.go), nil otherwise; lastPath says how the last Allreduce went (AllreducePath),
+	// lastBroadcastPath how the last broadcast did (BroadcastPath).
+	shm               *sharedMemory
+	lastPath          string
+	lastBroadcastPath string
 }
 
 var (
@@ -313,10 +315,12 @@ func (c *Comm) mpiAllreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	return nil
 }
 
-// Broadcast sends root's buf in chunks of at most 2^31-1 bytes.
+// Broadcast sends root's buf over shared memory when every rank runs on this machine and buf
+// is SharedBroadcastMinBytes or longer (SharedBroadcastMinBytes2 in a job of 2 ranks; see
+// sharedBroadcast), otherwise with MPI in chunks of at most 2^31-1 bytes.
 func (c *Comm) Broadcast(buf []byte, root int) error {
-	if root < 0 || root >= c.topo.Size {
-		return fmt.Errorf("mpi: broadcast root %d outside 0..%d", root, c.topo.Size-1)
+	if done, err := c.broadcastShared(buf, root); done || err != nil {
+		return err
 	}
 	for off := 0; off < len(buf); {
 		n := min(len(buf)-off, maxCount)
@@ -333,9 +337,14 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 // chunk's MPI_Ibcast is started, then during runs on this thread, then the broadcasts are waited
 // for. Over shared memory a large message's receivers read the root's buffer themselves, so the
 // root's thread is free for during instead of polling in MPI_Bcast.
+//
+// Over shared memory (as Broadcast) nothing is in flight to overlap: during runs after it.
 func (c *Comm) BroadcastWhile(buf []byte, root int, during func()) error {
-	if root < 0 || root >= c.topo.Size {
-		return fmt.Errorf("mpi: broadcast root %d outside 0..%d", root, c.topo.Size-1)
+	if done, err := c.broadcastShared(buf, root); done || err != nil {
+		if err == nil {
+			during()
+		}
+		return err
 	}
 	var errs []error
 	err := c.Do(func() {
@@ -364,6 +373,23 @@ func (c *Comm) BroadcastWhile(buf []byte, root int, during func()) error {
 		return err
 	}
 	return errors.Join(errs...)
+}
+
+// broadcastShared checks root and makes the broadcast over shared memory where Broadcast's
+// doc says it goes there; done is false when MPI is to make it.
+func (c *Comm) broadcastShared(buf []byte, root int) (done bool, err error) {
+	if root < 0 || root >= c.topo.Size {
+		return false, fmt.Errorf("mpi: broadcast root %d outside 0..%d", root, c.topo.Size-1)
+	}
+	c.lastBroadcastPath = ""
+	if c.shm == nil || len(buf) < sharedBroadcastMin(c.topo.Size) {
+		return false, nil
+	}
+	done, err = c.sharedBroadcast(buf, root)
+	if done {
+		c.lastBroadcastPath = "SHM"
+	}
+	return done, err
 }
 
 // Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints) with MPI's

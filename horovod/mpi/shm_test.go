@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/rawmpi"
 )
 
 // needShared skips unless the job runs on one machine with more than one rank, where the Comm
@@ -336,6 +337,140 @@ func TestDeadSegmentsAreRemoved(t *testing.T) {
 	for _, name := range keep {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("%s: %v, want it left alone", name, err)
+		}
+	}
+}
+
+// broadcastValues are n bytes a broadcast from root sends: different for every root and length,
+// and with no period a part's length divides (a part copied from the wrong place shows).
+func broadcastValues(root, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte((uint32(i)*2654435761 + uint32(root*977+n)) >> 24)
+	}
+	return b
+}
+
+// rawBroadcast is what MPI_Bcast of root's broadcastValues gives, for comparison.
+func rawBroadcast(t *testing.T, root, n int) []byte {
+	t.Helper()
+	buf := make([]byte, n)
+	if comm.Topology().Rank == root {
+		copy(buf, broadcastValues(root, n))
+	}
+	var err error
+	comm.Do(func() { err = rawmpi.Broadcast(buf, root) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf
+}
+
+// A broadcast of sharedBroadcastMin(size) or more goes over shared memory (counted, and named
+// SHM for the timeline), from every root, of a root's buffer in lent memory (read where it
+// lies, at an offset in its segment) and of Go memory (staged through the root's staging
+// segment in parts, the last one short), through Broadcast and BroadcastWhile, and every rank
+// ends with the bytes MPI_Bcast gives, the root's buffer unchanged; a shorter one stays with MPI.
+func TestSharedBroadcastMatchesMPI(t *testing.T) {
+	topo := needShared(t)
+	const off = 4096 + 8
+	least := sharedBroadcastMin(topo.Size)
+	for _, c := range []struct {
+		n      int
+		shared bool
+	}{
+		{least, true},
+		{3*SharedBroadcastPart + 12345, true},
+		{2 * SharedBroadcastPart, true},
+		{least - 1, false},
+	} {
+		mem, err := comm.AllocHost(off + c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for root := range topo.Size {
+			want := rawBroadcast(t, root, c.n)
+			for _, lent := range []bool{true, false} {
+				for _, while := range []bool{false, true} {
+					buf := make([]byte, c.n)
+					if lent {
+						buf = mem[off : off+c.n]
+					}
+					for i := range buf {
+						buf[i] = 0xa5 // not what the root sends
+					}
+					if topo.Rank == root {
+						copy(buf, broadcastValues(root, c.n))
+					}
+					before := comm.SharedBroadcasts()
+					if while {
+						calls := 0
+						err = comm.BroadcastWhile(buf, root, func() { calls++ })
+						if err == nil && calls != 1 {
+							t.Errorf("BroadcastWhile called during %d times", calls)
+						}
+					} else {
+						err = comm.Broadcast(buf, root)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					what := fmt.Sprintf("%d bytes from root %d (lent memory %v, BroadcastWhile %v)", c.n, root, lent, while)
+					went := comm.SharedBroadcasts() - before
+					if c.shared && (went != 1 || comm.BroadcastPath() != "SHM") || !c.shared && (went != 0 || comm.BroadcastPath() != "") {
+						t.Errorf("%s: %d shared broadcasts, path %q; want shared %v", what, went, comm.BroadcastPath(), c.shared)
+					}
+					if !bytes.Equal(buf, want) {
+						i := 0
+						for buf[i] == want[i] {
+							i++
+						}
+						t.Errorf("%s: differs from MPI_Bcast's from byte %d on (%d, want %d)", what, i, buf[i], want[i])
+					}
+				}
+			}
+		}
+		if err := comm.FreeHost(mem); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Where the root cannot stage (its staging segment could not be allocated), every rank leaves
+// the broadcast to MPI, alike; a rank that is not the root needs no staging, nor does a root whose
+// buffer is lent memory: those broadcasts still go over shared memory.
+func TestSharedBroadcastFallsBackTogether(t *testing.T) {
+	topo := needShared(t)
+	n := sharedBroadcastMin(topo.Size) + SharedBroadcastPart/2 + 100 // parts, the last one short
+	comm.shm.noStaging = topo.Rank == topo.Size-1
+	defer func() { comm.shm.noStaging = false }()
+	mem, err := comm.AllocHost(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.FreeHost(mem)
+	for root := range topo.Size {
+		for _, lent := range []bool{false, true} {
+			want := rawBroadcast(t, root, n)
+			buf := make([]byte, n)
+			if lent {
+				buf = mem
+				clear(buf)
+			}
+			if topo.Rank == root {
+				copy(buf, want)
+			}
+			before := comm.SharedBroadcasts()
+			if err := comm.Broadcast(buf, root); err != nil {
+				t.Fatal(err)
+			}
+			shared := lent || root != topo.Size-1
+			if went := comm.SharedBroadcasts() - before; shared && (went != 1 || comm.BroadcastPath() != "SHM") || !shared && (went != 0 || comm.BroadcastPath() != "") {
+				t.Errorf("root %d (lent memory %v), rank %d unable to stage: %d shared broadcasts, path %q; want shared %v", root, lent, topo.Size-1, went, comm.BroadcastPath(), shared)
+			}
+			if !bytes.Equal(buf, want) {
+				t.Errorf("root %d (lent memory %v): differs from MPI_Bcast's", root, lent)
+			}
 		}
 	}
 }

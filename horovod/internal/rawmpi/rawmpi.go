@@ -1,4 +1,4 @@
-// Package rawmpi calls MPI_Allreduce on MPI_COMM_WORLD directly, bypassing horovod and its MPI
+// Package rawmpi calls MPI_Allreduce and MPI_Bcast on MPI_COMM_WORLD directly, bypassing horovod and its MPI
 // backend: the independent reference that the conformance suite checks results against and the
 // benchmark measures speed against. MPI must be initialized (by horovod/mpi) and every call must
 // run on the MPI thread, through (*mpi.Comm).Do, before horovod's loop starts on that Comm.
@@ -28,6 +28,10 @@ static MPI_Op raw_op(int op) {
 	case 4: return MPI_PROD;
 	}
 	return MPI_OP_NULL;
+}
+
+static int raw_bcast(void *buf, int count, int root) {
+	return MPI_Bcast(buf, count, MPI_BYTE, root, MPI_COMM_WORLD);
 }
 
 static int raw_allreduce(const void *send, void *recv, int count, int dtype, int op) {
@@ -103,6 +107,14 @@ func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	}
 	if rc := C.raw_allreduce(unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()), C.int(dt), C.int(op)); rc != 0 {
 		return fmt.Errorf("rawmpi: MPI_Allreduce returned %d", int(rc))
+	}
+	return nil
+}
+
+// Broadcast is MPI_Bcast of buf's bytes from root on MPI_COMM_WORLD.
+func Broadcast(buf []byte, root int) error {
+	if rc := C.raw_bcast(unsafe.Pointer(&buf[0]), C.int(len(buf)), C.int(root)); rc != 0 {
+		return fmt.Errorf("rawmpi: MPI_Bcast returned %d", int(rc))
 	}
 	return nil
 }
