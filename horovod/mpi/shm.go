@@ -623,7 +623,8 @@ func (c *Comm) agree(ok bool) (bool, error) {
 // AllocHost lends n bytes of shared memory (backend.HostAllocator) when every rank of the job
 // runs on this machine: an allreduce of SharedAllreduceMinBytes or more over shared memory (see
 // sharedMemory; SHM_ALLREDUCE in the timeline) sums such a buffer where it lies, where another
-// buffer is copied in and out. On several machines, or alone, it lends nothing
+// buffer is copied in and out, and a broadcast over shared memory (sharedBroadcast; SHM_BCAST)
+// is read out of such a root buffer where it lies, where another is staged a part at a time. On several machines, or alone, it lends nothing
 // (backend.ErrNotLending).
 func (c *Comm) AllocHost(n int) ([]byte, error) {
 	if c.shm == nil {
