@@ -403,6 +403,35 @@ func TestShutdownOnOneRankFailsTheOthersPendingOps(t *testing.T) {
 	}
 }
 
+// timelineEvent is one trace event of a timeline file.
+type timelineEvent struct {
+	Name string            `json:"name"`
+	Ph   string            `json:"ph"`
+	TS   int64             `json:"ts"`
+	PID  int               `json:"pid"`
+	Args map[string]string `json:"args"`
+}
+
+// shutdownAndReadTimeline shuts every rank down (which closes the timeline) and reads the
+// events rank 0 wrote to path.
+func shutdownAndReadTimeline(t *testing.T, hs []*Horovod, path string) []timelineEvent {
+	t.Helper()
+	for _, h := range hs {
+		if err := h.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []timelineEvent
+	if err := json.Unmarshal(raw, &events); err != nil {
+		t.Fatalf("timeline is not a JSON array of events: %v\n%s", err, raw)
+	}
+	return events
+}
+
 // The timeline is a JSON array of trace events in which each tensor's row nests the phases in
 // Horovod's order.
 func TestTimelinePhases(t *testing.T) {
@@ -419,25 +448,7 @@ func TestTimelinePhases(t *testing.T) {
 		_, err := h.Broadcast("bcast", x, 1)
 		return err
 	})
-	for _, h := range hs {
-		if err := h.Shutdown(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var events []struct {
-		Name string            `json:"name"`
-		Ph   string            `json:"ph"`
-		TS   int64             `json:"ts"`
-		PID  int               `json:"pid"`
-		Args map[string]string `json:"args"`
-	}
-	if err := json.Unmarshal(raw, &events); err != nil {
-		t.Fatalf("timeline is not a JSON array of events: %v\n%s", err, raw)
-	}
+	events := shutdownAndReadTimeline(t, hs, path)
 	rows := map[int]string{}
 	phases := map[string][]string{} // tensor -> phases in order of their B events
 	arrivals := map[string][]string{}
