@@ -12,8 +12,9 @@ the ratios, then one traced run of each with the time per op type (the ten large
 docs/mixed-precision.md has the figures.
 
 BASELINE, another export of the same model (say, by the exporter before a change), adds its
-train_step and train_step_bfloat16, in a session of their own, to the interleaved rounds, and
-prints each one's time over this export's: a change to the exporter measured side by side.
+train_step, train_step_bfloat16 and eval_step, in a session of their own, and this export's
+eval_step to the interleaved rounds, and prints each one's time over this export's: a change to
+the exporter measured side by side.
 """
 import collections
 import sys
@@ -46,8 +47,9 @@ rewritten, mg_rewritten = session(True)
 steps = {k: (plain, mg.signature_def[k]) for k in ("train_step", "train_step_bfloat16", "train_step_float16")}
 steps[REWRITE] = (rewritten, mg_rewritten.signature_def["train_step"])
 if baseline:
+    steps["eval_step"] = (plain, mg.signature_def["eval_step"])
     base_session, mg_base = session(False, baseline)
-    for k in ("train_step", "train_step_bfloat16"):
+    for k in ("train_step", "train_step_bfloat16", "eval_step"):
         steps[BASELINE + k] = (base_session, mg_base.signature_def[k])
 seq = steps["train_step"][1].inputs["input_ids"].tensor_shape.dim[1].size
 rng = np.random.default_rng(0)
@@ -59,7 +61,7 @@ vals = {"input_ids": rng.integers(1000, 20000, (batch, seq)).astype(np.int32),
 
 def run(k, **kw):
     s, sg = steps[k]
-    feed = {sg.inputs[n].name: v for n, v in vals.items()}
+    feed = {sg.inputs[n].name: v for n, v in vals.items() if n in sg.inputs}
     fetch = [o.name for n, o in sorted(sg.outputs.items())]
     return s.run(fetch, feed, **kw)
 
@@ -76,7 +78,7 @@ for k in steps:
     print(f"{k}: median {np.median(times[k]):.3f} s over {rounds} rounds (min {min(times[k]):.3f})")
 base = np.median(times["train_step"])
 for k in list(steps)[1:]:
-    if not k.startswith(BASELINE):
+    if k.startswith("train_step"):
         print(f"  float32 / {k}: {base / np.median(times[k]):.2f}x")
 for k in steps:
     if k.startswith(BASELINE):
