@@ -417,9 +417,9 @@ func (c *controller) allgather(batch []*response) error {
 			}
 		}
 	}
-	c.timeline.startAll(names, c.backendPhase(kindAllgather))
+	start := timeNow()
 	err := c.busy("allgather", func() error { return c.data.Allgatherv(send, recv, counts) })
-	c.timeline.endAll(names)
+	c.timeline.spanAll(names, c.wentPhase(kindAllgather), start)
 	if err != nil {
 		return err
 	}

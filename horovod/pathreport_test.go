@@ -9,18 +9,20 @@ import (
 	"github.com/gorovod/gorovod/horovod/backend"
 )
 
-// sharedPathRank is a loopback rank whose broadcasts report the shared-memory path, as the MPI
-// backend's do on one machine (backend.PathReporter), and whose allreduces report none.
+// sharedPathRank is a loopback rank whose broadcasts and allgathers report the shared-memory
+// path, as the MPI backend's do on one machine (backend.PathReporter), and whose allreduces
+// report none.
 type sharedPathRank struct{ loopRank }
 
 func (sharedPathRank) AllreducePath() string { return "" }
 func (sharedPathRank) BroadcastPath() string { return "SHM" }
+func (sharedPathRank) AllgatherPath() string { return "SHM" }
 
 var _ backend.PathReporter = sharedPathRank{}
 
-// A broadcast, alone or fused (BroadcastVariables), names its wire phase after the path the
-// backend says it took, SHM_BCAST; an allreduce the backend reports no path for keeps the
-// backend's name.
+// A broadcast, alone or fused (BroadcastVariables), and an allgather name their wire phase after
+// the path the backend says they took, SHM_BCAST and SHM_ALLGATHER; an allreduce the backend
+// reports no path for keeps the backend's name.
 func TestTimelineNamesTheBroadcastPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "timeline.json")
 	g := newLoopback(2)
@@ -39,6 +41,9 @@ func TestTimelineNamesTheBroadcastPath(t *testing.T) {
 		if err := h.BroadcastVariables(vars, 0); err != nil {
 			return err
 		}
+		if _, err := h.Allgather("gather", x); err != nil {
+			return err
+		}
 		_, err := h.Allreduce("sum", x, AllreduceOptions{})
 		return err
 	})
@@ -52,9 +57,9 @@ func TestTimelineNamesTheBroadcastPath(t *testing.T) {
 			phases[rows[e.PID]] = append(phases[rows[e.PID]], e.Name)
 		}
 	}
-	for name, want := range map[string]string{"single": "SHM_BCAST", "broadcast/fused/a": "SHM_BCAST", "broadcast/fused/b": "SHM_BCAST", "sum": "LOOPBACK_ALLREDUCE"} {
-		if !slices.Contains(phases[name], want) || slices.Contains(phases[name], "LOOPBACK_BCAST") {
-			t.Errorf("%s: phases %v, want %s among them (and no LOOPBACK_BCAST)", name, phases[name], want)
+	for name, want := range map[string]string{"single": "SHM_BCAST", "broadcast/fused/a": "SHM_BCAST", "broadcast/fused/b": "SHM_BCAST", "gather": "SHM_ALLGATHER", "sum": "LOOPBACK_ALLREDUCE"} {
+		if !slices.Contains(phases[name], want) || slices.Contains(phases[name], "LOOPBACK_BCAST") || slices.Contains(phases[name], "LOOPBACK_ALLGATHER") {
+			t.Errorf("%s: phases %v, want %s among them (and no LOOPBACK_BCAST or LOOPBACK_ALLGATHER)", name, phases[name], want)
 		}
 	}
 }

@@ -184,14 +184,17 @@ func phaseOp(k opKind) string {
 	return upper(k)
 }
 
-// wentPhase names the wire phase of the allreduce or broadcast that just ended after the way the
-// backend says it went (backend.PathReporter: SHM_ALLREDUCE, SHM_BCAST where MPI's ranks used
-// shared memory), else as backendPhase does.
+// wentPhase names the wire phase of the allreduce, broadcast or allgather that just ended after
+// the way the backend says it went (backend.PathReporter: SHM_ALLREDUCE, SHM_BCAST,
+// SHM_ALLGATHER where MPI's ranks used shared memory), else as backendPhase does.
 func (c *controller) wentPhase(k opKind) string {
 	if p, ok := c.data.(backend.PathReporter); ok {
 		path := p.AllreducePath()
-		if k == kindBroadcast {
+		switch k {
+		case kindBroadcast:
 			path = p.BroadcastPath()
+		case kindAllgather:
+			path = p.AllgatherPath()
 		}
 		if path != "" {
 			return path + "_" + phaseOp(k)

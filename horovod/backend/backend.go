@@ -272,10 +272,10 @@ type HostAllocator interface {
 	FreeHost(buf []byte) error
 }
 
-// PathReporter is implemented by a Backend whose Allreduce and Broadcast move some buffers
-// another way than their usual one (MPI: over shared memory, see HostAllocator). horovod asks
-// right after each Allreduce or broadcast, from the goroutine that made it, and names the
-// timeline's wire phase after the answer, so that a run shows which way its tensors went.
+// PathReporter is implemented by a Backend whose Allreduce, Broadcast and Allgatherv move some
+// buffers another way than their usual one (MPI: over shared memory, see HostAllocator). horovod
+// asks right after each of them, from the goroutine that made it, and names the timeline's wire
+// phase after the answer, so that a run shows which way its tensors went.
 type PathReporter interface {
 	Backend
 	// AllreducePath names the way the last Allreduce went, in capitals ("SHM"); "" for the
@@ -283,4 +283,6 @@ type PathReporter interface {
 	AllreducePath() string
 	// BroadcastPath is AllreducePath for the last Broadcast (or BroadcastWhile).
 	BroadcastPath() string
+	// AllgatherPath is AllreducePath for the last Allgatherv.
+	AllgatherPath() string
 }

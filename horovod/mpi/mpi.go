@@ -107,10 +107,12 @@ type Comm struct {
 	peers         []peerprobe.Peer
 	// shm is the memory the ranks lend each other when the whole job runs on this machine
 	// (shm.go), nil otherwise; lastPath says how the last Allreduce went (AllreducePath),
-	// lastBroadcastPath how the last broadcast did (BroadcastPath).
+	// lastBroadcastPath how the last broadcast did (BroadcastPath), lastGatherPath the last
+	// Allgatherv (AllgatherPath).
 	shm               *sharedMemory
 	lastPath          string
 	lastBroadcastPath string
+	lastGatherPath    string
 }
 
 var (
@@ -392,10 +394,30 @@ func (c *Comm) broadcastShared(buf []byte, root int) (done bool, err error) {
 	return done, err
 }
 
-// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints) with MPI's
-// blocking MPI_Allgatherv: horovod's data allgathers, which every rank enters once negotiation
-// has agreed on them. Negotiation rounds go through NegotiationAllgatherv.
+// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints): horovod's data
+// allgathers, which every rank enters once negotiation has agreed on them. It goes over shared
+// memory when every rank runs on this machine, the job has 3 ranks or more and the result is
+// SharedAllgatherMinBytes or longer (sharedAllgatherv), otherwise through MPI's blocking
+// MPI_Allgatherv. Negotiation rounds go through NegotiationAllgatherv.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
+	c.lastGatherPath = ""
+	if c.shm != nil && sharedAllgather(c.topo.Size, len(recv)) {
+		if _, _, _, err := c.allgathervArgs(send, recv, counts); err != nil {
+			return err
+		}
+		done, err := c.sharedAllgatherv(send, recv, counts)
+		if done {
+			c.lastGatherPath = "SHM"
+		}
+		if done || err != nil {
+			return err
+		}
+	}
+	return c.mpiAllgatherv(send, recv, counts)
+}
+
+// mpiAllgatherv is Allgatherv through MPI_Allgatherv.
+func (c *Comm) mpiAllgatherv(send, recv []byte, counts []int) error {
 	sp, cc, _, err := c.allgathervArgs(send, recv, counts)
 	if err != nil || cc == nil {
 		return err
@@ -412,7 +434,7 @@ func (c *Comm) allgatherEqual(mine []byte) ([]byte, error) {
 	for r := range counts {
 		counts[r] = len(mine)
 	}
-	if err := c.Allgatherv(mine, all, counts); err != nil {
+	if err := c.mpiAllgatherv(mine, all, counts); err != nil {
 		return nil, err
 	}
 	return all, nil

@@ -80,6 +80,7 @@ type sharedMemory struct {
 	beforePart func(off int)         // tests: called before each part of sharedAllreduce
 	reduces    atomic.Uint64         // allreduces (parts of at most SharedAllreducePart) done over shared memory
 	broadcasts atomic.Uint64         // broadcasts done over shared memory
+	gathers    atomic.Uint64         // allgathers done over shared memory
 }
 
 func newSharedMemory(nonce uint64, rank, size int, pids []byte) *sharedMemory {
@@ -500,75 +501,128 @@ func sharedBroadcastMin(size int) int {
 	return SharedBroadcastMinBytes
 }
 
-// SharedBroadcastPart is the part of a broadcast a root whose buffer is not shared memory copies
-// into its staging segment at a time: the segment holds two parts, so that the root copies
-// part k+1 while the other ranks copy part k out, a barrier after each part (two parts are
-// SharedAllreducePart, the staging segment an allreduce keeps anyway). On the 2-core AMD EPYC,
-// 64 MiB took 5.9-9.2 ms in 2 and 4 MiB parts at 2 ranks (11-12 ms at 3), 7-65 ms in 1 MiB parts
-// and 12-160 ms in 256 and 512 KiB parts, whose barriers cost more than the overlap gains.
-const SharedBroadcastPart = SharedAllreducePart / 2
+// SharedCopyPart is the part of a broadcast's or allgather's data that a rank whose buffer is
+// not shared memory copies into its staging segment at a time (sharedCopy): the segment holds
+// two parts, so that the rank copies part k+1 while the others copy part k out, a barrier after
+// each part (two parts are SharedAllreducePart, the staging segment an allreduce keeps anyway).
+// On the 2-core AMD EPYC, a 64 MiB broadcast took 5.9-9.2 ms in 2 and 4 MiB parts at 2 ranks
+// (11-12 ms at 3), 7-65 ms in 1 MiB parts and 12-160 ms in 256 and 512 KiB parts, whose barriers
+// cost more than the overlap gains.
+const SharedCopyPart = SharedAllreducePart / 2
 
-// sharedBroadcast sends root's buf to every rank over shared memory; done is false when the
-// root could not take part (its staging segment could not be allocated) or some rank could
-// not map the root's segment, which every rank learns alike, and MPI is left to do it. The
-// root's buffer is read where it lies when it is in one of its segments: every other rank
-// copies it out, and a barrier ends it (the root's buffer must not change before). Otherwise the
-// root copies part k+1 into one half of its staging segment while the others copy part k out
-// of the other half, a barrier after each part.
+// SharedAllgatherMinBytes is the least length of an allgather's result that goes over shared
+// memory in a job of 3 ranks or more (sharedAllgather); in a job of 2 every allgather stays with
+// MPI. On the 2-core AMD EPYC (make bench-peer's AllgatherInto of Go memory, staged, alternated
+// with MPI three times, load 3-5 from other jobs), 3 ranks: 1 MiB per rank took 0.57-0.83 ms
+// against 1.73-1.98 ms with MPI, 64 MiB 46-96 against 89-101 ms, and 256 KiB per rank (768 KiB
+// in all) 0.20-0.31 against 0.49-0.63 ms; 2 ranks, six alternations could not tell the two
+// apart (64 MiB: 11-108 ms over shared memory, 28-71 ms with MPI).
+const SharedAllgatherMinBytes = 1 << 20
+
+// sharedAllgather reports whether an allgather of total bytes in all goes over shared memory in
+// a job of size ranks: on the job's layout and the counts, which every rank has, alone.
+func sharedAllgather(size, total int) bool {
+	return size >= 3 && total >= SharedAllgatherMinBytes
+}
+
+// sharedBroadcast sends root's buf to every rank over shared memory (sharedCopy); done is false
+// when MPI is to do it.
 func (c *Comm) sharedBroadcast(buf []byte, root int) (done bool, err error) {
+	lens := make([]int, c.shm.size)
+	lens[root] = len(buf)
+	done, err = c.sharedCopy(buf, lens, func(p int) []byte {
+		if p == root && c.shm.rank != root {
+			return buf
+		}
+		return nil
+	})
+	if done {
+		c.shm.broadcasts.Add(1)
+	}
+	return done, err
+}
+
+// sharedAllgatherv gathers every rank's send into recv over shared memory (sharedCopy), rank
+// p's counts[p] bytes at the sum of the counts before it; done is false when MPI is to do it.
+func (c *Comm) sharedAllgatherv(send, recv []byte, counts []int) (done bool, err error) {
+	displs := make([]int, len(counts)+1)
+	for p, n := range counts {
+		displs[p+1] = displs[p] + n
+	}
+	done, err = c.sharedCopy(send, counts, func(p int) []byte { return recv[displs[p]:displs[p+1]] })
+	if done {
+		c.shm.gathers.Add(1)
+	}
+	return done, err
+}
+
+// sharedCopy copies, over shared memory, every rank p's data (lens[p] bytes; mine on this rank)
+// into into(p) on every rank where into(p) is not empty; done is false when some rank with
+// data could not take part (its staging segment could not be allocated) or some rank could not
+// map another's segment, which every rank learns alike, and MPI is left to do it. Data that is
+// in one of its rank's segments is read where it lies, in one copy, and a barrier ends it (the
+// data must not change before). Other data goes through its rank's staging segment a
+// SharedCopyPart at a time: the rank copies part k+1 into one half while the others copy
+// part k out of the other half, a barrier after each part.
+func (c *Comm) sharedCopy(mine []byte, lens []int, into func(p int) []byte) (done bool, err error) {
 	m := c.shm
-	mine := descriptor{ok: true}
+	desc := descriptor{ok: true}
 	var seg *segment
-	if m.rank == root {
+	if lens[m.rank] > 0 {
 		var off int
-		if seg, off, _ = m.find(buf); seg != nil {
-			mine = m.segmentDescriptor(seg, off)
-		} else if staged, stageErr := m.stage(min(len(buf), 2*SharedBroadcastPart)); stageErr == nil {
+		if seg, off, _ = m.find(mine); seg != nil {
+			desc = m.segmentDescriptor(seg, off)
+		} else if staged, stageErr := m.stage(min(len(mine), 2*SharedCopyPart)); stageErr == nil {
 			seg = staged
-			mine = m.segmentDescriptor(seg, 0)
-			mine.staged = true
-			copy(seg.data, buf[:min(len(buf), SharedBroadcastPart)])
+			desc = m.segmentDescriptor(seg, 0)
+			desc.staged = true
+			copy(seg.data, mine[:min(len(mine), SharedCopyPart)])
 		} else {
-			mine.ok = false // a root that cannot stage says so, and every rank leaves it to MPI
+			desc.ok = false // a rank that cannot stage says so, and every rank leaves it to MPI
 		}
 	}
-	peers, descs, ok, err := c.mapShared(mine, seg, func(p int, d descriptor) int {
+	peers, descs, ok, err := c.mapShared(desc, seg, func(p int, d descriptor) int {
 		switch {
-		case p != root:
+		case lens[p] == 0 || len(into(p)) == 0:
 			return 0
 		case d.staged:
-			return min(len(buf), 2*SharedBroadcastPart)
+			return min(lens[p], 2*SharedCopyPart)
 		}
-		return len(buf)
+		return lens[p]
 	})
 	if !ok || err != nil {
 		return false, err
 	}
-	if !descs[root].staged {
-		if m.rank != root {
-			copy(buf, peers[root])
-		}
-		if err := c.Barrier(); err != nil {
-			return false, err
-		}
-		m.broadcasts.Add(1)
-		return true, nil
+	if own := into(m.rank); len(own) > 0 {
+		copy(own, mine)
 	}
-	for off := 0; off < len(buf); off += SharedBroadcastPart {
-		half := off / SharedBroadcastPart % 2 * SharedBroadcastPart
-		end := min(off+SharedBroadcastPart, len(buf))
-		if m.rank == root {
-			if next := end; next < len(buf) {
-				copy(seg.data[SharedBroadcastPart-half:], buf[next:min(next+SharedBroadcastPart, len(buf))])
+	longestStaged := 0
+	for p, d := range descs {
+		if d.staged {
+			longestStaged = max(longestStaged, lens[p])
+		}
+	}
+	parts := max(1, (longestStaged+SharedCopyPart-1)/SharedCopyPart)
+	for k := range parts {
+		off, half := k*SharedCopyPart, k%2*SharedCopyPart
+		if next := off + SharedCopyPart; desc.staged && next < len(mine) {
+			copy(seg.data[SharedCopyPart-half:], mine[next:min(next+SharedCopyPart, len(mine))])
+		}
+		for p, src := range peers {
+			switch dst := into(p); {
+			case src == nil:
+			case !descs[p].staged:
+				if k == 0 {
+					copy(dst, src)
+				}
+			case off < len(dst):
+				copy(dst[off:min(off+SharedCopyPart, len(dst))], src[half:])
 			}
-		} else {
-			copy(buf[off:end], peers[root][half:])
 		}
 		if err := c.Barrier(); err != nil {
 			return false, err
 		}
 	}
-	m.broadcasts.Add(1)
 	return true, nil
 }
 
@@ -653,6 +707,14 @@ func (c *Comm) SharedAllreduces() uint64 {
 	return c.shm.reduces.Load()
 }
 
+// SharedAllgathers counts the allgathers this process has done over shared memory.
+func (c *Comm) SharedAllgathers() uint64 {
+	if c.shm == nil {
+		return 0
+	}
+	return c.shm.gathers.Load()
+}
+
 // SharedBroadcasts counts the broadcasts this process has done over shared memory.
 func (c *Comm) SharedBroadcasts() uint64 {
 	if c.shm == nil {
@@ -668,3 +730,7 @@ func (c *Comm) AllreducePath() string { return c.lastPath }
 // BroadcastPath is "SHM" when the last Broadcast or BroadcastWhile went over shared memory, ""
 // when MPI did it (backend.PathReporter).
 func (c *Comm) BroadcastPath() string { return c.lastBroadcastPath }
+
+// AllgatherPath is "SHM" when the last Allgatherv went over shared memory, "" when MPI did it
+// (backend.PathReporter).
+func (c *Comm) AllgatherPath() string { return c.lastGatherPath }

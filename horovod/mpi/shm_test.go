@@ -138,11 +138,7 @@ func TestSharedAllreduceMatchesMPI(t *testing.T) {
 				if c.shared && (went != parts || comm.AllreducePath() != "SHM") || !c.shared && (went != 0 || comm.AllreducePath() != "") {
 					t.Errorf("%v x %d (lent memory %v, at offset %d, in place %v): %d shared allreduces, path %q; want shared %v", c.dt, c.n, lent, c.off, inPlace, went, comm.AllreducePath(), c.shared)
 				}
-				if !bytes.Equal(buf, want) {
-					i := 0
-					for buf[i] == want[i] {
-						i++
-					}
+				if i := firstDifference(buf, want); i >= 0 {
 					t.Errorf("%v x %d (lent memory %v, at offset %d, in place %v): the sum differs from the exact one from byte %d on (%d, want %d)", c.dt, c.n, lent, c.off, inPlace, i, buf[i], want[i])
 				}
 			}
@@ -358,12 +354,28 @@ func rawBroadcast(t *testing.T, root, n int) []byte {
 	if comm.Topology().Rank == root {
 		copy(buf, broadcastValues(root, n))
 	}
+	doRaw(t, func() error { return rawmpi.Broadcast(buf, root) })
+	return buf
+}
+
+// doRaw makes a raw MPI call, f, on the MPI thread and fails the test on its error.
+func doRaw(t *testing.T, f func() error) {
+	t.Helper()
 	var err error
-	comm.Do(func() { err = rawmpi.Broadcast(buf, root) })
+	comm.Do(func() { err = f() })
 	if err != nil {
 		t.Fatal(err)
 	}
-	return buf
+}
+
+// firstDifference is the first index at which got and want, equally long, differ (-1: none).
+func firstDifference(got, want []byte) int {
+	for i := range got {
+		if got[i] != want[i] {
+			return i
+		}
+	}
+	return -1
 }
 
 // A broadcast of sharedBroadcastMin(size) or more goes over shared memory (counted, and named
@@ -380,8 +392,8 @@ func TestSharedBroadcastMatchesMPI(t *testing.T) {
 		shared bool
 	}{
 		{least, true},
-		{3*SharedBroadcastPart + 12345, true},
-		{2 * SharedBroadcastPart, true},
+		{3*SharedCopyPart + 12345, true},
+		{2 * SharedCopyPart, true},
 		{least - 1, false},
 	} {
 		mem, err := comm.AllocHost(off + c.n)
@@ -420,11 +432,7 @@ func TestSharedBroadcastMatchesMPI(t *testing.T) {
 					if c.shared && (went != 1 || comm.BroadcastPath() != "SHM") || !c.shared && (went != 0 || comm.BroadcastPath() != "") {
 						t.Errorf("%s: %d shared broadcasts, path %q; want shared %v", what, went, comm.BroadcastPath(), c.shared)
 					}
-					if !bytes.Equal(buf, want) {
-						i := 0
-						for buf[i] == want[i] {
-							i++
-						}
+					if i := firstDifference(buf, want); i >= 0 {
 						t.Errorf("%s: differs from MPI_Bcast's from byte %d on (%d, want %d)", what, i, buf[i], want[i])
 					}
 				}
@@ -441,7 +449,7 @@ func TestSharedBroadcastMatchesMPI(t *testing.T) {
 // buffer is lent memory: those broadcasts still go over shared memory.
 func TestSharedBroadcastFallsBackTogether(t *testing.T) {
 	topo := needShared(t)
-	n := sharedBroadcastMin(topo.Size) + SharedBroadcastPart/2 + 100 // parts, the last one short
+	n := sharedBroadcastMin(topo.Size) + SharedCopyPart/2 + 100 // parts, the last one short
 	comm.shm.noStaging = topo.Rank == topo.Size-1
 	defer func() { comm.shm.noStaging = false }()
 	mem, err := comm.AllocHost(n)
@@ -471,6 +479,113 @@ func TestSharedBroadcastFallsBackTogether(t *testing.T) {
 			if !bytes.Equal(buf, want) {
 				t.Errorf("root %d (lent memory %v): differs from MPI_Bcast's", root, lent)
 			}
+		}
+	}
+}
+
+// rawAllgatherv is what MPI_Allgatherv of every rank's broadcastValues(rank, counts[rank]) gives.
+func rawAllgatherv(t *testing.T, counts []int) []byte {
+	t.Helper()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	recv := make([]byte, total)
+	doRaw(t, func() error {
+		return rawmpi.Allgatherv(broadcastValues(comm.Topology().Rank, counts[comm.Topology().Rank]), recv, counts)
+	})
+	return recv
+}
+
+// In a job of 3 ranks or more, an allgather whose result is SharedAllgatherMinBytes or longer
+// goes over shared memory (counted, and named SHM for the timeline), of data in lent memory
+// (read where it lies, at an offset in its segment) and of Go memory (staged in parts, the last
+// one short), with counts that differ and a rank that sends nothing, and every rank ends with
+// the bytes MPI_Allgatherv gives; a shorter one, and every one in a job of 2, stays with MPI.
+func TestSharedAllgatherMatchesMPI(t *testing.T) {
+	topo := needShared(t)
+	const off = 4096 + 8
+	uneven, oneEmpty, short := make([]int, topo.Size), make([]int, topo.Size), make([]int, topo.Size)
+	for p := range topo.Size {
+		uneven[p] = 2*SharedCopyPart + 1000*p + 7
+		oneEmpty[p] = SharedAllgatherMinBytes / 2
+		short[p] = (SharedAllgatherMinBytes - 1) / topo.Size
+	}
+	oneEmpty[1] = 0
+	for _, c := range []struct {
+		counts []int
+		shared bool
+	}{{uneven, topo.Size >= 3}, {oneEmpty, topo.Size >= 3}, {short, false}} {
+		mine := c.counts[topo.Rank]
+		mem, err := comm.AllocHost(off + mine + 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rawAllgatherv(t, c.counts)
+		for _, lent := range []bool{true, false} {
+			send := broadcastValues(topo.Rank, mine)
+			if lent {
+				send = mem[off : off+mine]
+				copy(send, broadcastValues(topo.Rank, mine))
+			}
+			recv := make([]byte, len(want))
+			before := comm.SharedAllgathers()
+			if err := comm.Allgatherv(send, recv, c.counts); err != nil {
+				t.Fatal(err)
+			}
+			what := fmt.Sprintf("counts %v (lent memory %v)", c.counts, lent)
+			went := comm.SharedAllgathers() - before
+			if c.shared && (went != 1 || comm.AllgatherPath() != "SHM") || !c.shared && (went != 0 || comm.AllgatherPath() != "") {
+				t.Errorf("%s: %d shared allgathers, path %q; want shared %v", what, went, comm.AllgatherPath(), c.shared)
+			}
+			if i := firstDifference(recv, want); i >= 0 {
+				t.Errorf("%s: differs from MPI_Allgatherv's from byte %d on (%d, want %d)", what, i, recv[i], want[i])
+			}
+			if !bytes.Equal(send, broadcastValues(topo.Rank, mine)) {
+				t.Errorf("%s: the send buffer changed", what)
+			}
+		}
+		if err := comm.FreeHost(mem); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Where a rank with data cannot stage it, every rank leaves the allgather to MPI, alike; a
+// rank whose data is lent memory needs no staging: that allgather still goes over shared memory.
+func TestSharedAllgatherFallsBackTogether(t *testing.T) {
+	topo := needShared(t)
+	if topo.Size < 3 {
+		t.Skip("allgathers go over shared memory from 3 ranks")
+	}
+	counts := make([]int, topo.Size)
+	for p := range counts {
+		counts[p] = SharedCopyPart + 100
+	}
+	comm.shm.noStaging = topo.Rank == topo.Size-1
+	defer func() { comm.shm.noStaging = false }()
+	mem, err := comm.AllocHost(counts[topo.Rank])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.FreeHost(mem)
+	want := rawAllgatherv(t, counts)
+	for _, lent := range []bool{false, true} {
+		send := broadcastValues(topo.Rank, counts[topo.Rank])
+		if lent {
+			send = mem
+			copy(send, broadcastValues(topo.Rank, counts[topo.Rank]))
+		}
+		recv := make([]byte, len(want))
+		before := comm.SharedAllgathers()
+		if err := comm.Allgatherv(send, recv, counts); err != nil {
+			t.Fatal(err)
+		}
+		if went := comm.SharedAllgathers() - before; lent && (went != 1 || comm.AllgatherPath() != "SHM") || !lent && (went != 0 || comm.AllgatherPath() != "") {
+			t.Errorf("lent memory %v, rank %d unable to stage: %d shared allgathers, path %q; want shared %v", lent, topo.Size-1, went, comm.AllgatherPath(), lent)
+		}
+		if !bytes.Equal(recv, want) {
+			t.Errorf("lent memory %v: differs from MPI_Allgatherv's", lent)
 		}
 	}
 }

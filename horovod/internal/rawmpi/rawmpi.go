@@ -1,7 +1,8 @@
-// Package rawmpi calls MPI_Allreduce and MPI_Bcast on MPI_COMM_WORLD directly, bypassing horovod and its MPI
-// backend: the independent reference that the conformance suite checks results against and the
-// benchmark measures speed against. MPI must be initialized (by horovod/mpi) and every call must
-// run on the MPI thread, through (*mpi.Comm).Do, before horovod's loop starts on that Comm.
+// Package rawmpi calls MPI_Allreduce, MPI_Bcast and MPI_Allgatherv on MPI_COMM_WORLD directly,
+// bypassing horovod and its MPI backend: the independent reference that the conformance suite
+// and horovod/mpi's tests check results against and the benchmark measures speed against. MPI
+// must be initialized (by horovod/mpi) and every call must run on the MPI thread, through
+// (*mpi.Comm).Do, before horovod's loop starts on that Comm.
 package rawmpi
 
 /*
@@ -32,6 +33,10 @@ static MPI_Op raw_op(int op) {
 
 static int raw_bcast(void *buf, int count, int root) {
 	return MPI_Bcast(buf, count, MPI_BYTE, root, MPI_COMM_WORLD);
+}
+
+static int raw_allgatherv(const void *send, int count, void *recv, const int *counts, const int *displs) {
+	return MPI_Allgatherv(send, count, MPI_BYTE, recv, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
 }
 
 static int raw_allreduce(const void *send, void *recv, int count, int dtype, int op) {
@@ -115,6 +120,25 @@ func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 func Broadcast(buf []byte, root int) error {
 	if rc := C.raw_bcast(unsafe.Pointer(&buf[0]), C.int(len(buf)), C.int(root)); rc != 0 {
 		return fmt.Errorf("rawmpi: MPI_Bcast returned %d", int(rc))
+	}
+	return nil
+}
+
+// Allgatherv is MPI_Allgatherv of send's bytes into recv on MPI_COMM_WORLD, rank p's counts[p]
+// bytes after those of the ranks before it.
+func Allgatherv(send, recv []byte, counts []int) error {
+	cc := make([]C.int, 2*len(counts)) // counts, then displacements
+	total := 0
+	for p, n := range counts {
+		cc[p], cc[len(counts)+p] = C.int(n), C.int(total)
+		total += n
+	}
+	sp := unsafe.Pointer(&recv[0]) // valid memory even for a count of 0
+	if len(send) > 0 {
+		sp = unsafe.Pointer(&send[0])
+	}
+	if rc := C.raw_allgatherv(sp, C.int(len(send)), unsafe.Pointer(&recv[0]), &cc[0], &cc[len(counts)]); rc != 0 {
+		return fmt.Errorf("rawmpi: MPI_Allgatherv returned %d", int(rc))
 	}
 	return nil
 }
