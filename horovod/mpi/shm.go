@@ -482,14 +482,17 @@ func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType) (done bo
 // SharedBroadcastMinBytes is the least length of a broadcast that goes over shared memory in
 // a job of 3 ranks or more, SharedBroadcastMinBytes2 in one of 2 (sharedBroadcastMin): a shorter
 // one stays with MPI, which needs no allgather of descriptors first. On the 2-core AMD EPYC
-// (make bench-peer's reused broadcast of Go memory, staged; load 5-7 from other jobs), 3 ranks:
-// 1 MiB took 0.23-0.31 ms over shared memory against 0.52-0.57 ms with MPI, 512 KiB as long
-// either way (0.17-0.35 ms); 2 ranks, where MPI_Bcast is one copy from the root's buffer and the
-// staged broadcast two: 1 MiB 0.20-0.30 against 0.11-0.24 ms, 2 MiB 0.24-0.49 against
-// 0.23-0.34 ms, 4 MiB 0.35-0.84 against 0.58-3.6 ms.
+// (make bench-peer's reused broadcast of Go memory, staged, alternated with MPI in one session,
+// load 3-7 from other jobs), 3 ranks: 1 MiB took 0.22-0.30 ms over shared memory against
+// 0.30-0.46 ms with MPI (512 KiB as long either way), 4 MiB 0.63-1.35 against 1.04-1.30 ms. At 2
+// ranks MPI_Bcast is one copy that the receiver makes out of the root's memory without the root
+// running, the staged broadcast two, handed over part by part, which a loaded machine delays: 1
+// to 4 MiB was as fast or slower (1 MiB 0.20-0.30 against 0.11-0.24 ms), 16 MiB faster in 4 of
+// 6 alternations (1.6-2.7 against 2.3-3.9 ms) and 4.5x slower in 2 (17 ms, load 6-7); 64 MiB
+// faster in 5 of 6 (4.7-13.5 against 14.7-22.6 ms), 256 MiB in 6 of 6.
 const (
 	SharedBroadcastMinBytes  = 1 << 20
-	SharedBroadcastMinBytes2 = 4 << 20
+	SharedBroadcastMinBytes2 = 64 << 20
 )
 
 // sharedBroadcastMin is the least length of a broadcast that goes over shared memory in a job

@@ -392,8 +392,8 @@ func TestSharedBroadcastMatchesMPI(t *testing.T) {
 		shared bool
 	}{
 		{least, true},
-		{3*SharedCopyPart + 12345, true},
-		{2 * SharedCopyPart, true},
+		{least + SharedCopyPart/2 + 12345, true}, // parts, the last one short
+		{2 * SharedCopyPart, 2*SharedCopyPart >= least},
 		{least - 1, false},
 	} {
 		mem, err := comm.AllocHost(off + c.n)
