@@ -619,3 +619,82 @@ func TestReleasedResultsAreReused(t *testing.T) {
 		}
 	}
 }
+
+// patterned is n bytes that differ by rank and by position (a hash of both, so that no
+// part of a shared-memory copy's double buffer can stand in for another).
+func patterned(rank, n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i+4 <= n; i += 4 {
+		binary.LittleEndian.PutUint32(b[i:], uint32(i/4)*2654435761^uint32(rank+1)*40503)
+	}
+	return b
+}
+
+// TestLargeBroadcastAndAllgatherTakeSharedMemory: horovod's broadcast (alone and as
+// BroadcastVariables) and allgather of tensors past the MPI backend's shared-memory thresholds
+// give root's bytes, and every rank's in rank order, and the backend counts them as gone over
+// shared memory where the whole job is on one machine (broadcasts from
+// mpi.SharedBroadcastMinBytes, at 2 ranks SharedBroadcastMinBytes2; allgathers from
+// SharedAllgatherMinBytes at 3 ranks or more), through MPI elsewhere.
+func TestLargeBroadcastAndAllgatherTakeSharedMemory(t *testing.T) {
+	if world == nil {
+		t.Skip("the MPI backend's counters need mpirun")
+	}
+	oneMachine := len(ranksPerHost(hosts)) == 1 && hvd.Size() > 1
+	n := mpi.SharedBroadcastMinBytes
+	if hvd.Size() == 2 {
+		n = mpi.SharedBroadcastMinBytes2
+	}
+	root := hvd.Size() - 1
+	want := patterned(root, n)
+	expectShared := func(what string, before, after uint64) {
+		t.Helper()
+		if shared := after - before; (shared == 1) != oneMachine || shared > 1 {
+			t.Errorf("%s: %d over shared memory, want it there: %v", what, shared, oneMachine)
+		}
+	}
+
+	before := world.SharedBroadcasts()
+	got, err := hvd.Broadcast("large/broadcast", horovod.Tensor{DType: backend.Int32, Shape: []int{n / 4}, Data: patterned(hvd.Rank(), n)}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectShared("Broadcast", before, world.SharedBroadcasts())
+	if !bytes.Equal(got.Data, want) {
+		t.Errorf("Broadcast: rank %d's result is not root %d's tensor", hvd.Rank(), root)
+	}
+
+	// A variable as long again as the threshold, and a short one fused with it.
+	vars := []horovod.NamedTensor{
+		{Name: "large/var", Tensor: horovod.Tensor{DType: backend.Int32, Shape: []int{n / 4}, Data: patterned(hvd.Rank(), n)}},
+		{Name: "large/small", Tensor: horovod.Tensor{DType: backend.Int32, Shape: []int{16}, Data: patterned(hvd.Rank()+7, 64)}},
+	}
+	before = world.SharedBroadcasts()
+	if err := hvd.BroadcastVariables(vars, root); err != nil {
+		t.Fatal(err)
+	}
+	expectShared("BroadcastVariables", before, world.SharedBroadcasts())
+	if !bytes.Equal(vars[0].Tensor.Data, want) || !bytes.Equal(vars[1].Tensor.Data, patterned(root+7, 64)) {
+		t.Errorf("BroadcastVariables: rank %d's variables are not root %d's", hvd.Rank(), root)
+	}
+
+	// Rows of 1 KiB, rank r sending r+1 rows more than a share of the threshold.
+	const row = 1024
+	rows := func(r int) int { return mpi.SharedAllgatherMinBytes/row/hvd.Size() + r + 1 }
+	var gathered []byte
+	for r := range hvd.Size() {
+		gathered = append(gathered, patterned(r, rows(r)*row)...)
+	}
+	mine := horovod.Tensor{DType: backend.Uint8, Shape: []int{rows(hvd.Rank()), row}, Data: patterned(hvd.Rank(), rows(hvd.Rank())*row)}
+	before = world.SharedAllgathers()
+	out, err := hvd.AllgatherInto("large/allgather", mine, make([]byte, len(gathered)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared, wantShared := world.SharedAllgathers()-before, oneMachine && hvd.Size() >= 3; (shared == 1) != wantShared || shared > 1 {
+		t.Errorf("AllgatherInto: %d over shared memory, want it there: %v", shared, wantShared)
+	}
+	if !bytes.Equal(out.Data, gathered) {
+		t.Errorf("AllgatherInto: rank %d's result is not every rank's rows in rank order", hvd.Rank())
+	}
+}
