@@ -212,12 +212,8 @@ func (c *controller) allreduce(batch []*response) error {
 		return err
 	}
 	wire := c.backendPhase(kindAllreduce)
-	// reduce is the wire phase, named after the call when the backend says which way it went.
 	reduce := func(in, out []byte) error {
-		start := timeNow()
-		err := c.busy(wire, func() error { return c.data.Allreduce(in, out, s.dtype, s.op.backendOp()) })
-		c.timeline.spanAll(names, c.wentPhase(kindAllreduce), start)
-		return err
+		return c.onWire(kindAllreduce, names, wire, func() error { return c.data.Allreduce(in, out, s.dtype, s.op.backendOp()) })
 	}
 	if len(ops) == 1 {
 		// One tensor needs no fusion buffer: reduce straight from its input into its output.
@@ -417,10 +413,7 @@ func (c *controller) allgather(batch []*response) error {
 			}
 		}
 	}
-	start := timeNow()
-	err := c.busy("allgather", func() error { return c.data.Allgatherv(send, recv, counts) })
-	c.timeline.spanAll(names, c.wentPhase(kindAllgather), start)
-	if err != nil {
+	if err := c.onWire(kindAllgather, names, "allgather", func() error { return c.data.Allgatherv(send, recv, counts) }); err != nil {
 		return err
 	}
 	if len(batch) > 1 {
@@ -477,10 +470,7 @@ func (c *controller) broadcast(r *response) error {
 	}
 	c.timeline.start(s.name, "QUEUE", r.ready)
 	c.timeline.end(s.name)
-	start := timeNow()
-	err := c.busy("broadcast", send)
-	c.timeline.spanAll([]string{s.name}, c.wentPhase(kindBroadcast), start)
-	if err != nil {
+	if err := c.onWire(kindBroadcast, []string{s.name}, "broadcast", send); err != nil {
 		return err
 	}
 	o.finish(s.shape)
@@ -534,10 +524,7 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 			})
 		}
 	}
-	start := timeNow()
-	err := c.busy(c.backendPhase(kindBroadcast), func() error { return c.data.Broadcast(buf, root) })
-	c.timeline.spanAll(names, c.wentPhase(kindBroadcast), start)
-	if err != nil {
+	if err := c.onWire(kindBroadcast, names, c.backendPhase(kindBroadcast), func() error { return c.data.Broadcast(buf, root) }); err != nil {
 		return err
 	}
 	if !direct {

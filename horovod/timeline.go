@@ -184,6 +184,16 @@ func phaseOp(k opKind) string {
 	return upper(k)
 }
 
+// onWire runs f, the backend's collective of kind k for names, as the busy call what (the stall
+// check's name for it), and writes its wire phase, named once it is over after the way the
+// backend says it went (wentPhase).
+func (c *controller) onWire(k opKind, names []string, what string, f func() error) error {
+	start := timeNow()
+	err := c.busy(what, f)
+	c.timeline.spanAll(names, c.wentPhase(k), start)
+	return err
+}
+
 // wentPhase names the wire phase of the allreduce, broadcast or allgather that just ended after
 // the way the backend says it went (backend.PathReporter: SHM_ALLREDUCE, SHM_BCAST,
 // SHM_ALLGATHER where MPI's ranks used shared memory), else as backendPhase does.

@@ -155,9 +155,10 @@ func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
 
 // TestLargeAllreduceGoesInChunks: on one machine an allreduce through MPI (here: with shared
 // memory's staging off, as where it cannot be allocated) longer than SharedMemoryAllreduceChunk
-// is several MPI calls, of whole elements (on several machines, one call), and still every element's reduction: int64 and float16 (MPI's built-in sum and
-// horovod's own operator) of lengths that end mid-chunk, in place and not. The values are small
-// integers, exact in any order of summation in both types.
+// is several MPI calls, of whole elements (on several machines, one call), and still every
+// element's reduction: int64 and float16 (MPI's built-in sum and horovod's own operator) of
+// lengths that end mid-chunk, in place and not. The values are small integers, exact in any
+// order of summation in both types.
 func TestLargeAllreduceGoesInChunks(t *testing.T) {
 	topo := need(t)
 	if comm.shm != nil { // on one machine a sum goes over shared memory unless it cannot stage

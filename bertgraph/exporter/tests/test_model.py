@@ -18,8 +18,8 @@ from bertgraph.exporter.model import BertClassifier, Dropout
 SEQ = 16
 
 
-def _batch(config, seed=0):
-    rng = np.random.default_rng(seed)
+def _batch(config):
+    rng = np.random.default_rng(0)
     ids = rng.integers(0, config.vocab_size, size=(3, SEQ), dtype=np.int32)
     lengths = np.array([SEQ, 9, 4])
     mask = (np.arange(SEQ)[None] < lengths[:, None]).astype(np.int32)
