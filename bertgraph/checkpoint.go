@@ -62,7 +62,7 @@ func (m *Model) runPrefix(key, prefix, output string) (*tf.Tensor, error) {
 	s := m.sigs[key]
 	s.feed("prefix", t)
 	defer delete(s.feeds, s.inputs["prefix"])
-	out, err := s.run(m.sm.Session, s.fetches(output))
+	out, err := s.run(m.sm.Session, s.feeds, s.fetches(output))
 	if err != nil {
 		return nil, err
 	}

@@ -134,10 +134,7 @@ func (c *Classifier) predict(batch *features.Batch) (*Predictions, error) {
 	if err := in.set(batch, c.contract, false); err != nil {
 		return nil, err
 	}
-	feeds := map[tf.Output]*tf.Tensor{
-		c.sig.inputs["input_ids"]:   in.ids,
-		c.sig.inputs["input_mask"]:  in.mask,
-		c.sig.inputs["segment_ids"]: in.segments,
-	}
+	feeds := make(map[tf.Output]*tf.Tensor, 3)
+	in.feedInto(feeds, c.sig, false)
 	return runPredict(c.sm.Session, c.sig, feeds, c.contract.NumLabels, batch.BatchSize)
 }

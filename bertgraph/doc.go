@@ -11,8 +11,10 @@
 // against what this package expects, so a stale or foreign model fails at load time with an
 // error that names what is wrong, not in the middle of training.
 //
-// A Model is driven by one goroutine at a time (its methods serialise on a mutex and reuse
-// their input tensors and output buffers, so a training loop does not allocate per step).
+// A Model's training methods serialise on a mutex and reuse their input tensors and output
+// buffers, so a training loop does not allocate per step. Eval and Predict feed tensors of their
+// own and may run from several goroutines at once: with TensorFlow's intra-op threads fewer
+// than the cores, concurrent batches are how an evaluation uses the rest.
 // Gradients and variable values travel in FlatTensors: one contiguous float32 buffer with a view
 // per variable, the shape a fused allreduce or a broadcast wants.
 //

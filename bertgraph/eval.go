@@ -2,6 +2,7 @@ package bertgraph
 
 import (
 	"github.com/gorovod/gorovod/bertgraph/features"
+	"github.com/gorovod/gorovod/tf"
 )
 
 // EvalStats are eval_step's sums for one batch; add them over batches (and ranks), then
@@ -19,15 +20,15 @@ func (e *EvalStats) Add(o EvalStats) {
 }
 
 // Eval runs eval_step (no dropout) on batch; padding examples (IsRealExample 0) do not count.
+// It feeds tensors of its own: calls may run concurrently (with each other and Predict).
 func (m *Model) Eval(batch *features.Batch) (EvalStats, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.inputs.set(batch, m.contract, true); err != nil {
+	s := m.sigs[SigEvalStep]
+	feeds, in, err := m.ownFeeds(batch, s, true)
+	if err != nil {
 		return EvalStats{}, err
 	}
-	s := m.sigs[SigEvalStep]
-	m.inputs.feed(s, true)
-	out, err := s.run(m.sm.Session, m.evalFetches)
+	defer in.close()
+	out, err := s.run(m.sm.Session, feeds, m.evalFetches)
 	if err != nil {
 		return EvalStats{}, err
 	}
@@ -55,14 +56,27 @@ func (p *Predictions) Row(i int) []float32 {
 	return p.Probabilities[i*p.NumLabels : (i+1)*p.NumLabels]
 }
 
-// Predict runs predict (no dropout) on batch's features; labels are not needed.
+// Predict runs predict (no dropout) on batch's features; labels are not needed. Like Eval, it
+// feeds tensors of its own and may run concurrently.
 func (m *Model) Predict(batch *features.Batch) (*Predictions, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.inputs.set(batch, m.contract, false); err != nil {
+	s := m.sigs[SigPredict]
+	feeds, in, err := m.ownFeeds(batch, s, false)
+	if err != nil {
 		return nil, err
 	}
-	s := m.sigs[SigPredict]
-	m.inputs.feed(s, false)
-	return runPredict(m.sm.Session, s, s.feeds, m.contract.NumLabels, batch.BatchSize)
+	defer in.close()
+	return runPredict(m.sm.Session, s, feeds, m.contract.NumLabels, batch.BatchSize)
+}
+
+// ownFeeds checks batch and copies it into new tensors fed to s (labels too, with labels);
+// the caller closes them after the run.
+func (m *Model) ownFeeds(batch *features.Batch, s *signature, labels bool) (map[tf.Output]*tf.Tensor, *batchTensors, error) {
+	in := &batchTensors{}
+	if err := in.set(batch, m.contract, labels); err != nil {
+		in.close()
+		return nil, nil, err
+	}
+	feeds := make(map[tf.Output]*tf.Tensor, 5)
+	in.feedInto(feeds, s, labels)
+	return feeds, in, nil
 }

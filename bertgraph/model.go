@@ -27,7 +27,7 @@ type Model struct {
 
 	mu      sync.Mutex
 	sigs    map[string]*signature
-	inputs  batchTensors // reused feeds of train/eval/predict
+	inputs  batchTensors // reused feeds of train_step
 	scalars struct{ scale, lr, clip *tf.Tensor }
 	grads   []*tf.Tensor // reused apply_gradients feeds, one per variable
 
@@ -108,7 +108,7 @@ func (m *Model) startLossScale() error {
 	defer growthT.Close()
 	s.feed("loss_scale", scaleT)
 	s.feed("growth_interval", growthT)
-	out, err := s.run(m.sm.Session, s.fetches("loss_scale"))
+	out, err := s.run(m.sm.Session, s.feeds, s.fetches("loss_scale"))
 	if err != nil {
 		return err
 	}
@@ -199,9 +199,10 @@ func (s *signature) fetches(keys ...string) []tf.Output {
 	return out
 }
 
-// run feeds s.feeds (set by the caller through feed) and fetches the given outputs.
-func (s *signature) run(sess *tf.Session, fetches []tf.Output) ([]*tf.Tensor, error) {
-	out, err := sess.Run(s.feeds, fetches, nil)
+// run feeds feeds (s.feeds, set through feed, or a map of the caller's own) and fetches the
+// given outputs.
+func (s *signature) run(sess *tf.Session, feeds map[tf.Output]*tf.Tensor, fetches []tf.Output) ([]*tf.Tensor, error) {
+	out, err := sess.Run(feeds, fetches, nil)
 	if err != nil {
 		return nil, fmt.Errorf("bertgraph: signature %q: %w", s.key, err)
 	}

@@ -2,6 +2,7 @@ package bertgraph
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -494,6 +495,61 @@ func TestApplyReadsAlignedGradientsWhereTheyLie(t *testing.T) {
 	for i, v := range inPlace.Variables() {
 		if !slices.Equal(w1.Parts[i], w2.Parts[i]) {
 			t.Errorf("%s: weights after two steps differ between gradients fed in place and copied", v.Name)
+		}
+	}
+}
+
+// Eval and Predict feed tensors of their own, so goroutines calling them at once each get
+// their own batch's results. Compared exactly: the same session runs the same batch shape
+// with the same kernels, which split their work by the session's thread count, not by which
+// threads happen to be free, so a batch's results do not depend on what runs beside it.
+func TestEvalAndPredictRunConcurrently(t *testing.T) {
+	m := loadFixture(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n = 6
+	batches := make([]*features.Batch, n)
+	wantEval := make([]EvalStats, n)
+	wantPred := make([]*Predictions, n)
+	for i := range batches {
+		batches[i] = separableBatch(rng, 8)
+		var err error
+		if wantEval[i], err = m.Eval(batches[i]); err != nil {
+			t.Fatal(err)
+		}
+		if wantPred[i], err = m.Predict(batches[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slices.Equal(wantPred[0].Logits, wantPred[1].Logits) {
+		t.Fatal("two batches give the same logits: a mix-up could not be seen")
+	}
+	errs := make(chan error, n)
+	for i := range batches {
+		go func() {
+			errs <- func() error {
+				for range 3 {
+					e, err := m.Eval(batches[i])
+					if err != nil {
+						return err
+					}
+					if e != wantEval[i] {
+						return fmt.Errorf("batch %d: concurrent Eval %+v, alone %+v", i, e, wantEval[i])
+					}
+					p, err := m.Predict(batches[i])
+					if err != nil {
+						return err
+					}
+					if !slices.Equal(p.Logits, wantPred[i].Logits) || !slices.Equal(p.Probabilities, wantPred[i].Probabilities) {
+						return fmt.Errorf("batch %d: concurrent Predict logits %v, alone %v", i, p.Logits, wantPred[i].Logits)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range batches {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }

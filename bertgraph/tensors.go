@@ -183,13 +183,14 @@ func checkRange(tensor string, values []int32, width, limit int, why string) err
 	return nil
 }
 
-// feed puts the batch tensors into s's feeds.
-func (b *batchTensors) feed(s *signature, labels bool) {
-	s.feed("input_ids", b.ids)
-	s.feed("input_mask", b.mask)
-	s.feed("segment_ids", b.segments)
+// feedInto puts the batch tensors into feeds under s's input names: s.feeds for the reused
+// train_step feeds, a map of the caller's own for a call that may run concurrently.
+func (b *batchTensors) feedInto(feeds map[tf.Output]*tf.Tensor, s *signature, labels bool) {
+	feeds[s.inputs["input_ids"]] = b.ids
+	feeds[s.inputs["input_mask"]] = b.mask
+	feeds[s.inputs["segment_ids"]] = b.segments
 	if labels {
-		s.feed("label_ids", b.labels)
-		s.feed("is_real_example", b.real)
+		feeds[s.inputs["label_ids"]] = b.labels
+		feeds[s.inputs["is_real_example"]] = b.real
 	}
 }

@@ -38,9 +38,9 @@ func (m *Model) TrainStep(batch *features.Batch, seed DropoutSeed, grads *FlatTe
 		return StepStats{}, err
 	}
 	s := m.sigs[m.opts.Precision.trainStep()]
-	m.inputs.feed(s, true)
+	m.inputs.feedInto(s.feeds, s, true)
 	s.feed("dropout_seed", m.inputs.seed)
-	out, err := s.run(m.sm.Session, m.trainFetches)
+	out, err := s.run(m.sm.Session, s.feeds, m.trainFetches)
 	if err != nil {
 		return StepStats{}, err
 	}
@@ -159,7 +159,7 @@ func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm 
 	s.feed("gradient_scale", m.scalars.scale)
 	s.feed("learning_rate", m.scalars.lr)
 	s.feed("clip_norm", m.scalars.clip)
-	out, err := s.run(m.sm.Session, m.applyFetches)
+	out, err := s.run(m.sm.Session, s.feeds, m.applyFetches)
 	if err != nil {
 		return ApplyResult{}, err
 	}

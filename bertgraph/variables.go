@@ -14,7 +14,7 @@ func (m *Model) ReadVariables(dst *FlatTensors) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sigs[SigReadVariables]
-	out, err := s.run(m.sm.Session, m.readFetches)
+	out, err := s.run(m.sm.Session, s.feeds, m.readFetches)
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func (m *Model) AssignVariables(values *FlatTensors) error {
 		feeds = append(feeds, t)
 		s.feed(v.ValueKey, t)
 	}
-	out, err := s.run(m.sm.Session, s.fetches("num_assigned"))
+	out, err := s.run(m.sm.Session, s.feeds, s.fetches("num_assigned"))
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (m *Model) GlobalStep() (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sigs[SigReadVariables]
-	out, err := s.run(m.sm.Session, s.fetches("global_step"))
+	out, err := s.run(m.sm.Session, s.feeds, s.fetches("global_step"))
 	if err != nil {
 		return 0, err
 	}

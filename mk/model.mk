@@ -56,9 +56,11 @@ bench-model: model
 	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply/tiny' -benchtime 20x ./bertgraph/
 	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply/imdb_minilm' -benchtime 4x ./bertgraph/
 
-# The race detector over what runs concurrently: features' parallel streaming conversion and
-# the Classifier's concurrent Predict (the subtest of the serving export test); ~30 s.
+# The race detector over what runs concurrently: features' parallel streaming conversion, the
+# Classifier's concurrent Predict (the subtest of the serving export test), the Model's
+# concurrent Eval and Predict, and finetune's batches evaluated at once; ~1 min.
 TEST_TARGETS += test-bertgraph-race
 test-bertgraph-race: venv tflib
 	$(GO) test -race -count=1 -run Stream ./bertgraph/features
-	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -race -count=1 -run '^TestExportedServingModelPredictsLikeGo$$' ./bertgraph
+	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -race -count=1 -run '^(TestExportedServingModelPredictsLikeGo|TestEvalAndPredictRunConcurrently)$$' ./bertgraph
+	$(GO) test -race -count=1 -run '^TestInBatchOrder' ./cmd/finetune

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,7 +158,16 @@ func TestTrainKillResumeEvalPredictExport(t *testing.T) {
 		t.Fatalf("latest checkpoint after the kill is step %d", resumeAt)
 	}
 
-	second := mustSucceed(t, mpirun(t, 2, append(flags, "--do_eval", "--do_predict", "--predict_batch_size=8")...))
+	// Two inter-op threads: rank 0, alone after training, evaluates and predicts two batches
+	// at a time with its one intra-op thread each (on a machine of two cores or more).
+	second := mustSucceed(t, mpirun(t, 2, append(flags, "--do_eval", "--do_predict", "--predict_batch_size=8", "--eval_batch_size=4", "--inter_op_threads=2")...))
+	if runtime.NumCPU() >= 2 {
+		for _, phase := range []string{"Eval results", "Predict results"} {
+			if !regexp.MustCompile(regexp.QuoteMeta(phase) + ` \*+ \([^)]*, 2 batches at a time, in `).MatchString(second) {
+				t.Errorf("the %s line does not say 2 batches at a time:\n%s", phase, second)
+			}
+		}
+	}
 	if want := fmt.Sprintf("resuming from %s at step %d", filepath.Join(out, fmt.Sprintf("model.ckpt-%d", resumeAt)), resumeAt); !strings.Contains(second, want) {
 		t.Fatalf("resumed run does not say %q:\n%s", want, second)
 	}

@@ -24,11 +24,7 @@ func (j *job) evaluate(step int64) error {
 	var total bertgraph.EvalStats
 	var batchLoss float64
 	batches := 0
-	err = j.eachBatch(stream, "during evaluation", func(b *features.Batch) error {
-		st, err := j.model.Eval(b)
-		if err != nil {
-			return err
-		}
+	err = inBatchOrder(stream.Next, j.inferenceBatches, j.stopCheck("during evaluation"), j.model.Eval, func(_ *features.Batch, st bertgraph.EvalStats) error {
 		total.Add(st)
 		if st.Examples > 0 {
 			batchLoss += st.LossSum / float64(st.Examples)
@@ -59,8 +55,8 @@ func (j *job) evaluate(step int64) error {
 	if err := writeEvalResults(path, res); err != nil {
 		return err
 	}
-	j.console.infof("***** Eval results ***** (%d examples of %s, %d bad lines skipped, in %v) -> %s",
-		total.Examples, j.in.dev, r.Counts().Skipped, time.Since(start).Round(time.Millisecond), path)
+	j.console.infof("***** Eval results ***** (%d examples of %s, %d bad lines skipped, %s, in %v) -> %s",
+		total.Examples, j.in.dev, r.Counts().Skipped, j.batchesAtOnce(), time.Since(start).Round(time.Millisecond), path)
 	j.console.infof("  eval_accuracy = %s", pyFloat32(res.Accuracy))
 	j.console.infof("  eval_loss = %s", pyFloat32(res.Loss))
 	j.console.infof("  global_step = %d", res.GlobalStep)
@@ -91,11 +87,7 @@ func (j *job) predict() error {
 		return err
 	}
 	defer out.Abort()
-	err = j.eachBatch(stream, "during prediction", func(b *features.Batch) error {
-		p, err := j.model.Predict(b)
-		if err != nil {
-			return err
-		}
+	err = inBatchOrder(stream.Next, j.inferenceBatches, j.stopCheck("during prediction"), j.model.Predict, func(b *features.Batch, p *bertgraph.Predictions) error {
 		return out.Write(p.Probabilities, b.NumReal(), p.NumLabels)
 	})
 	if err != nil {
@@ -105,29 +97,107 @@ func (j *job) predict() error {
 		return err
 	}
 	// Unlike dev lines, test lines are never skipped (evalStream): every row is its line's.
-	j.console.infof("***** Predict results ***** (%d examples of %s, one row per line, in %v) -> %s",
-		out.rows, j.in.test, time.Since(start).Round(time.Millisecond), path)
+	j.console.infof("***** Predict results ***** (%d examples of %s, one row per line, %s, in %v) -> %s",
+		out.rows, j.in.test, j.batchesAtOnce(), time.Since(start).Round(time.Millisecond), path)
 	return nil
 }
 
-// eachBatch feeds every batch of stream to f, stopping early when a signal arrives (rank 0
-// alone runs it, so it stops without asking the others).
-func (j *job) eachBatch(stream *features.Stream, phase string, f func(*features.Batch) error) error {
-	for {
+// stopCheck is inBatchOrder's stop for phase: rank 0 alone evaluates and predicts, so a signal
+// stops it without asking the other ranks.
+func (j *job) stopCheck(phase string) func() error {
+	return func() error {
 		if sig := j.stop.requested(); sig != nil {
 			return errInterrupted{sig, phase}
 		}
-		b, err := stream.Next()
-		if err == io.EOF {
-			return nil
+		return nil
+	}
+}
+
+func (j *job) batchesAtOnce() string {
+	if j.inferenceBatches == 1 {
+		return "one batch at a time"
+	}
+	return fmt.Sprintf("%d batches at a time", j.inferenceBatches)
+}
+
+// maxInferenceBatches bounds the batches evaluated or predicted at once (and so their
+// activations in memory) on a machine of many cores and ranks.
+const maxInferenceBatches = 8
+
+// inferenceBatches is how many batches rank 0 evaluates or predicts at once after the other
+// ranks have left: each TensorFlow run uses the intra-op threads its session was given (the
+// machine's cores over its ranks), so concurrent runs are how it uses the cores the ranks
+// left. TensorFlow runs them in parallel on its inter-op threads (one per core when not set);
+// a GPU runs one batch at a time. A second session with every core would not do: TensorFlow
+// sizes its CPU thread pools once per process, by the first session, and a second one shares
+// them.
+func inferenceBatches(cores, intraOpThreads, interOpThreads int, gpu bool) int {
+	if gpu {
+		return 1
+	}
+	if intraOpThreads <= 0 { // TensorFlow's choice: one per core
+		intraOpThreads = cores
+	}
+	n := max(1, cores/intraOpThreads)
+	if interOpThreads > 0 {
+		n = min(n, interOpThreads)
+	}
+	return min(n, maxInferenceBatches)
+}
+
+// inBatchOrder runs work on every batch next gives, up to n batches at once, and hands each
+// result to done in the batches' order, so that sums and output rows are those of one batch
+// at a time. stop is asked before each batch starts. After an error (of next, work, done or
+// stop) no batch starts, the ones running finish, done sees no more, and the first error is
+// returned; io.EOF from next ends the batches.
+func inBatchOrder[R any](next func() (*features.Batch, error), n int, stop func() error,
+	work func(*features.Batch) (R, error), done func(*features.Batch, R) error) error {
+	type result struct {
+		r   R
+		err error
+	}
+	type running struct {
+		b   *features.Batch
+		out chan result
+	}
+	var queue []running
+	var err error
+	settle := func() { // the oldest running batch
+		f := queue[0]
+		queue = queue[1:]
+		res := <-f.out
+		if err == nil {
+			err = res.err
 		}
-		if err != nil {
-			return err
-		}
-		if err := f(b); err != nil {
-			return err
+		if err == nil {
+			err = done(f.b, res.r)
 		}
 	}
+	for err == nil {
+		if err = stop(); err != nil {
+			break
+		}
+		var b *features.Batch
+		if b, err = next(); err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			break
+		}
+		f := running{b, make(chan result, 1)}
+		go func() {
+			r, err := work(f.b)
+			f.out <- result{r, err}
+		}()
+		queue = append(queue, f)
+		if len(queue) >= n {
+			settle()
+		}
+	}
+	for len(queue) > 0 {
+		settle()
+	}
+	return err
 }
 
 // export writes the serving SavedModel of the final weights to <export_dir>/<global step>, the

@@ -38,6 +38,8 @@ type job struct {
 	bare       bool // run without arguments: the default task
 	// lossScale is the loss scale after the last training step (trainer.Result; 1 unless float16).
 	lossScale float32
+	// inferenceBatches is how many batches rank 0 evaluates or predicts at once.
+	inferenceBatches int
 }
 
 // errInterrupted ends a run stopped by a signal: in the training loop after rank 0 wrote the
@@ -229,10 +231,12 @@ func (j *job) prepare() error {
 		return err
 	}
 	j.console.infof("precision: %s", why)
-	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: j.sessionOptions(gpus), Precision: precision})
+	session := j.sessionOptions(gpus)
+	j.model, err = bertgraph.Load(c.SavedModel, bertgraph.Options{Session: session, Precision: precision})
 	if err != nil {
 		return err
 	}
+	j.inferenceBatches = inferenceBatches(runtime.NumCPU(), int(session.IntraOpThreads), int(session.InterOpThreads), gpus != "")
 	ct := j.model.Contract()
 	if ct.MaxSeqLength != c.MaxSeqLength {
 		return fmt.Errorf("--max_seq_length %d, but --saved_model %s was exported for %d: pass --max_seq_length=%d or export again with --max_seq_length %d",
