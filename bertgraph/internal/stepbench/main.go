@@ -33,6 +33,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := tf.ReuseFreedMemory(); err != nil { // as finetune does
+		log.Fatal(err)
+	}
 	n := int32(*threads)
 	m, err := bertgraph.Load(*dir, bertgraph.Options{Session: &tf.SessionOptions{IntraOpThreads: n, InterOpThreads: n}, Precision: p})
 	if err != nil {
