@@ -129,12 +129,10 @@ func (c *Classifier) Predict(texts []string) ([]Prediction, error) {
 
 // predict runs serving_default on batch with tensors of its own (concurrency-safe).
 func (c *Classifier) predict(batch *features.Batch) (*Predictions, error) {
-	var in batchTensors
-	defer in.close()
-	if err := in.set(batch, c.contract, false); err != nil {
+	feeds, in, err := newFeeds(batch, c.contract, c.sig, false)
+	if err != nil {
 		return nil, err
 	}
-	feeds := make(map[tf.Output]*tf.Tensor, 3)
-	in.feedInto(feeds, c.sig, false)
+	defer in.close()
 	return runPredict(c.sm.Session, c.sig, feeds, c.contract.NumLabels, batch.BatchSize)
 }

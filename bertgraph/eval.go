@@ -2,7 +2,6 @@ package bertgraph
 
 import (
 	"github.com/gorovod/gorovod/bertgraph/features"
-	"github.com/gorovod/gorovod/tf"
 )
 
 // EvalStats are eval_step's sums for one batch; add them over batches (and ranks), then
@@ -23,7 +22,7 @@ func (e *EvalStats) Add(o EvalStats) {
 // It feeds tensors of its own: calls may run concurrently (with each other and Predict).
 func (m *Model) Eval(batch *features.Batch) (EvalStats, error) {
 	s := m.sigs[SigEvalStep]
-	feeds, in, err := m.ownFeeds(batch, s, true)
+	feeds, in, err := newFeeds(batch, m.contract, s, true)
 	if err != nil {
 		return EvalStats{}, err
 	}
@@ -60,23 +59,10 @@ func (p *Predictions) Row(i int) []float32 {
 // feeds tensors of its own and may run concurrently.
 func (m *Model) Predict(batch *features.Batch) (*Predictions, error) {
 	s := m.sigs[SigPredict]
-	feeds, in, err := m.ownFeeds(batch, s, false)
+	feeds, in, err := newFeeds(batch, m.contract, s, false)
 	if err != nil {
 		return nil, err
 	}
 	defer in.close()
 	return runPredict(m.sm.Session, s, feeds, m.contract.NumLabels, batch.BatchSize)
-}
-
-// ownFeeds checks batch and copies it into new tensors fed to s (labels too, with labels);
-// the caller closes them after the run.
-func (m *Model) ownFeeds(batch *features.Batch, s *signature, labels bool) (map[tf.Output]*tf.Tensor, *batchTensors, error) {
-	in := &batchTensors{}
-	if err := in.set(batch, m.contract, labels); err != nil {
-		in.close()
-		return nil, nil, err
-	}
-	feeds := make(map[tf.Output]*tf.Tensor, 5)
-	in.feedInto(feeds, s, labels)
-	return feeds, in, nil
 }

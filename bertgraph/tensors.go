@@ -194,3 +194,17 @@ func (b *batchTensors) feedInto(feeds map[tf.Output]*tf.Tensor, s *signature, la
 		feeds[s.inputs["is_real_example"]] = b.real
 	}
 }
+
+// newFeeds checks batch against c and copies it into new tensors fed to s (the labels too, with
+// labels): the feeds of a call that may run concurrently. The caller closes the tensors after
+// the run.
+func newFeeds(batch *features.Batch, c *Contract, s *signature, labels bool) (map[tf.Output]*tf.Tensor, *batchTensors, error) {
+	in := &batchTensors{}
+	if err := in.set(batch, c, labels); err != nil {
+		in.close()
+		return nil, nil, err
+	}
+	feeds := make(map[tf.Output]*tf.Tensor, 5)
+	in.feedInto(feeds, s, labels)
+	return feeds, in, nil
+}
