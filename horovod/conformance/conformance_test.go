@@ -320,6 +320,49 @@ func TestFP16CompressionRoundTrip(t *testing.T) {
 
 func inexactValue(rank, i int) float64 { return math.Sin(float64(rank*64+i)) * 3.3 }
 
+// A Reducer's 16-bit wire copies lie in the MPI backend's shared memory on one machine, and their
+// sum (float16 and bfloat16 alike, from SharedAllreduceMinBytes up) goes over it where they lie:
+// counted by the backend, no MPI_Allreduce; on several machines one MPI_Allreduce. Multiples of
+// 1/8 below 64, summed: exact in both types.
+func TestCompressedGradientsSumOverSharedMemory(t *testing.T) {
+	n := mpi.SharedAllreduceMinBytes/2 + 8 // float32 elements: just over the least length as 16 bits
+	grad := make([]float64, n)
+	want := make([]float64, n)
+	for i := range grad {
+		grad[i] = float64((hvd.Rank()*13+i)%50) / 8
+		for r := range hvd.Size() {
+			want[i] += float64((r*13+i)%50) / 8
+		}
+	}
+	calls, shared := uint64(1), uint64(0) // on several machines (the hostnames raw MPI gathered)
+	if world != nil && len(ranksPerHost(hosts)) == 1 && hvd.Size() > 1 {
+		calls, shared = 0, 1
+	}
+	for _, c := range []horovod.Compression{horovod.FP16Compression, horovod.BF16Compression} {
+		red, err := hvd.NewReducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, sharedBefore uint64
+		if world != nil {
+			before, sharedBefore = world.AllreduceCalls(), world.SharedAllreduces()
+		}
+		out, ready, err := red.Reduce([]horovod.NamedTensor{{Name: "compressed", Tensor: tensor(backend.Float32, []int{n}, grad)}})
+		if err != nil || !ready {
+			t.Fatalf("%v: ready=%v err=%v", c, ready, err)
+		}
+		if world != nil {
+			if got, s := world.AllreduceCalls()-before, world.SharedAllreduces()-sharedBefore; got != calls || s != shared {
+				t.Errorf("%v: %d MPI_Allreduce calls and %d over shared memory for %d bytes on the wire, want %d and %d", c, got, s, 2*n, calls, shared)
+			}
+		}
+		expectValues(t, fmt.Sprint(c), out[0].Tensor, backend.Float32, []int{n}, want)
+		if err := red.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // expectSameError checks that err is a horovod.Error carrying all the fragments, identical on
 // every rank.
 func expectSameError(t *testing.T, what string, err error, fragments ...string) {

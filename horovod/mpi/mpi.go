@@ -269,7 +269,7 @@ func ptr(b []byte) unsafe.Pointer {
 const SharedMemoryAllreduceChunk = 4 << 20
 
 // Allreduce sums over shared memory when every rank runs on this machine, for sums of
-// SharedAllreduceMinBytes and more of the dtypes sharedSum lists (see sharedMemory); otherwise
+// SharedAllreduceMinBytes and more (see sharedMemory); otherwise
 // it reduces with MPI, in calls of at most 2^31-1 elements, and of AllreduceChunk bytes when
 // that is set; a send aliasing recv is MPI_IN_PLACE.
 func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
@@ -281,7 +281,7 @@ func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceO
 		return fmt.Errorf("mpi: allreduce of %d bytes into %d bytes of %v", len(send), len(recv), dt)
 	}
 	c.lastPath = ""
-	if c.shm != nil && len(recv) >= SharedAllreduceMinBytes && op == backend.Sum && sharedSum(dt) {
+	if c.shm != nil && len(recv) >= SharedAllreduceMinBytes && op == backend.Sum {
 		done, err := c.sharedAllreduce(send, recv, dt)
 		if done {
 			c.lastPath = "SHM"

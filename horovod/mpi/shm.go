@@ -282,16 +282,6 @@ func (m *sharedMemory) close() error {
 	return errors.Join(errs...)
 }
 
-// sharedSum reports whether the shared-memory allreduce sums dt (the 16-bit floats, whose sums
-// MPI's operators in half.go widen and round, stay with MPI).
-func sharedSum(dt backend.DType) bool {
-	switch dt {
-	case backend.Uint8, backend.Int8, backend.Int32, backend.Int64, backend.Float32, backend.Float64:
-		return true
-	}
-	return false
-}
-
 // descriptor is what every rank tells the others before a shared-memory collective: whether
 // it takes part, whether its buffer lies in one of its segments, which, where, whether that
 // segment's file still has its name (some rank may not have mapped it yet), and, for a
@@ -466,8 +456,13 @@ func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType) (done bo
 	per := (n + m.size - 1) / m.size
 	per = (per + line - 1) / line * line
 	lo, hi := min(m.rank*per, n), min((m.rank+1)*per, n)
-	if C.gorovod_shm_sum((*unsafe.Pointer)(unsafe.Pointer(&bufs[0])), C.int(m.size), C.size_t(lo), C.size_t(hi), C.int(dt)) != 0 {
-		return false, fmt.Errorf("mpi: shared-memory sum of %v is not supported", dt) // sharedSum said it was
+	switch dt {
+	case backend.Float16, backend.BFloat16:
+		sumHalves(bufs, lo, hi, dt == backend.BFloat16)
+	default:
+		if C.gorovod_shm_sum((*unsafe.Pointer)(unsafe.Pointer(&bufs[0])), C.int(m.size), C.size_t(lo), C.size_t(hi), C.int(dt)) != 0 {
+			return false, fmt.Errorf("mpi: shared-memory sum of %v is not supported", dt)
+		}
 	}
 	if err := c.Barrier(); err != nil {
 		return false, err

@@ -55,6 +55,8 @@ func encodeInts(dt backend.DType, vals []int) []byte {
 			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
 		case backend.Float16:
 			binary.LittleEndian.PutUint16(b[2*i:], sixteenBits[0].narrow(float32(v)))
+		case backend.BFloat16:
+			binary.LittleEndian.PutUint16(b[2*i:], sixteenBits[1].narrow(float32(v)))
 		}
 	}
 	return b
@@ -93,8 +95,8 @@ func sharedSumOf(t *testing.T, dt backend.DType, n int) []byte {
 // An allreduce goes over shared memory (counted, and named SHM for the timeline), of buffers
 // in lent memory where they lie and of Go memory staged, and gives the exact sum: every dtype it
 // sums, lengths that end inside a rank's share and a cache line, a buffer at an offset in its
-// segment, in place and from another buffer; float16 (MPI's operator) and a buffer shorter
-// than SharedAllreduceMinBytes stay with MPI, from the same memory.
+// segment, in place and from another buffer; a buffer shorter than SharedAllreduceMinBytes
+// stays with MPI, from the same memory.
 func TestSharedAllreduceMatchesMPI(t *testing.T) {
 	topo := needShared(t)
 	for _, c := range []struct {
@@ -109,7 +111,8 @@ func TestSharedAllreduceMatchesMPI(t *testing.T) {
 		{backend.Int64, SharedAllreduceMinBytes / 8, 0, true},
 		{backend.Uint8, SharedAllreduceMinBytes + 1, 1, true},
 		{backend.Int8, SharedAllreduceMinBytes + 63, 0, true},
-		{backend.Float16, SharedAllreduceMinBytes, 0, false},
+		{backend.Float16, SharedAllreduceMinBytes/2 + 7, 2, true},
+		{backend.BFloat16, 3<<20 + 1, 0, true},
 		{backend.Float32, SharedAllreduceMinBytes/4 - 1, 0, false},
 	} {
 		want := sharedSumOf(t, c.dt, c.n)
@@ -146,6 +149,67 @@ func TestSharedAllreduceMatchesMPI(t *testing.T) {
 		if err := comm.FreeHost(mem); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// halfValue is rank's element i of TestSharedHalfSumRoundsAsMPI: values of every magnitude
+// from 2^-8 to 2^8 and both signs, whose sums round in float16 and bfloat16 alike; every 97th
+// element is 40000 on each rank, whose sum overflows float16 (infinity) but not bfloat16.
+func halfValue(rank, i int) float32 {
+	if i%97 == 0 {
+		return 40000
+	}
+	h := uint32(i*2654435761) ^ uint32(rank*40503+1)*2246822519
+	h ^= h >> 15
+	v := float32(h&0xffff)/65536*2 - 1
+	return v * float32(math.Ldexp(1, int(h>>16)%17-8))
+}
+
+// A 16-bit sum over shared memory widens each rank's value, adds in rank order and rounds to
+// nearest even after each addition, as MPI's operator (half.go) does: compared to the bit with
+// that sum computed here from every rank's values and, on 2 ranks (one addition, so no order to
+// differ in), with MPI's own result of the same call. Values that round and sums that overflow
+// float16 are the point; sharedValues' small integers cannot tell rounding orders apart.
+func TestSharedHalfSumRoundsAsMPI(t *testing.T) {
+	topo := needShared(t)
+	n := SharedAllreduceMinBytes/2 + 1001
+	for _, f := range sixteenBits {
+		t.Run(f.dt.String(), func(t *testing.T) {
+			mine := make([]float32, n)
+			want := make([]float32, n)
+			for i := range n {
+				mine[i] = halfValue(topo.Rank, i)
+				sum := f.widen(f.narrow(halfValue(0, i)))
+				for r := 1; r < topo.Size; r++ {
+					sum = f.widen(f.narrow(sum + f.widen(f.narrow(halfValue(r, i)))))
+				}
+				want[i] = sum
+			}
+			in := f.encode(mine...)
+			got := make([]byte, len(in))
+			if err := comm.Allreduce(in, got, f.dt, backend.Sum); err != nil {
+				t.Fatal(err)
+			}
+			if comm.AllreducePath() != "SHM" {
+				t.Fatalf("a %v sum of %d bytes went %q, not over shared memory", f.dt, len(in), comm.AllreducePath())
+			}
+			if i := firstDifference(got, f.encode(want...)); i >= 0 {
+				t.Fatalf("element %d: %v over shared memory, want %v (rounded after each addition, in rank order)", i/2, f.decode(got)[i/2], want[i/2])
+			}
+			if topo.Size != 2 {
+				return
+			}
+			viaMPI := make([]byte, len(in))
+			comm.shm.noStaging = true // Go memory, not staged: MPI's sum
+			err := comm.Allreduce(in, viaMPI, f.dt, backend.Sum)
+			comm.shm.noStaging = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := firstDifference(got, viaMPI); i >= 0 {
+				t.Fatalf("element %d: %v over shared memory, %v through MPI", i/2, f.decode(got)[i/2], f.decode(viaMPI)[i/2])
+			}
+		})
 	}
 }
 
