@@ -28,7 +28,8 @@ var ErrHeld = errors.New("directory in use")
 // Acquire locks dir (which must exist) for this process and writes holder, a one-line
 // description of this run, into the lock file for the message another run gets. It fails at
 // once, without waiting, when another process holds the lock; the error then names dir and
-// quotes that process's description.
+// quotes that process's description. Keep the Lock referenced for as long as the run holds the
+// directory: once unreachable, its file's finalizer closes it and the lock is gone.
 func Acquire(dir, holder string) (*Lock, error) {
 	path := filepath.Join(dir, Name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)

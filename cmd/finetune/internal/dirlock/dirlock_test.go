@@ -13,12 +13,19 @@ import (
 // test binary, re-run with lockerEnv naming the directory, holds the lock until it is killed.
 const lockerEnv = "DIRLOCK_TEST_HOLD"
 
+// childLock keeps the child's Lock reachable: an unreferenced Lock's file is closed by its
+// finalizer at the next garbage collection, which drops the flock while the child still says it
+// holds it.
+var childLock *Lock
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(lockerEnv); dir != "" {
-		if _, err := Acquire(dir, "the child"); err != nil {
+		l, err := Acquire(dir, "the child")
+		if err != nil {
 			os.Stderr.WriteString(err.Error())
 			os.Exit(1)
 		}
+		childLock = l
 		os.Stdout.WriteString("held\n")
 		select {}
 	}
