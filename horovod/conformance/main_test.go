@@ -171,10 +171,7 @@ func checkTimeline(path string) error {
 		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BCAST", "MPI_ALLGATHER"}
 	if len(ranksPerHost(hosts)) == 1 && len(hosts) > 1 {
 		// The large allreduce and broadcast tests' tensors go over the MPI backend's shared memory.
-		phases = append(phases, "SHM_ALLREDUCE", "SHM_BCAST")
-		if len(hosts) >= 3 {
-			phases = append(phases, "SHM_ALLGATHER")
-		}
+		phases = append(phases, "SHM_ALLREDUCE", "SHM_BCAST", "SHM_ALLGATHER")
 	}
 	var missing []string
 	for _, p := range phases {

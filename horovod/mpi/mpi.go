@@ -396,8 +396,8 @@ func (c *Comm) broadcastShared(buf []byte, root int) (done bool, err error) {
 
 // Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints): horovod's data
 // allgathers, which every rank enters once negotiation has agreed on them. It goes over shared
-// memory when every rank runs on this machine, the job has 3 ranks or more and the result is
-// SharedAllgatherMinBytes or longer (sharedAllgatherv), otherwise through MPI's blocking
+// memory when every rank runs on this machine and the result is SharedAllgatherMinBytes or longer
+// (SharedAllgatherMinBytes2 in a job of 2 ranks; sharedAllgatherv), otherwise through MPI's blocking
 // MPI_Allgatherv. Negotiation rounds go through NegotiationAllgatherv.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	c.lastGatherPath = ""

@@ -509,18 +509,36 @@ func sharedBroadcastMin(size int) int {
 const SharedCopyPart = SharedAllreducePart / 2
 
 // SharedAllgatherMinBytes is the least length of an allgather's result that goes over shared
-// memory in a job of 3 ranks or more (sharedAllgather); in a job of 2 every allgather stays with
-// MPI. On the 2-core AMD EPYC (make bench-peer's AllgatherInto of Go memory, staged, alternated
+// memory in a job of 3 ranks or more, SharedAllgatherMinBytes2 in one of 2 (sharedAllgather). On
+// the 2-core AMD EPYC with AVX2 (make bench-peer's AllgatherInto of Go memory, staged, alternated
 // with MPI three times, load 3-5 from other jobs), 3 ranks: 1 MiB per rank took 0.57-0.83 ms
 // against 1.73-1.98 ms with MPI, 64 MiB 46-96 against 89-101 ms, and 256 KiB per rank (768 KiB
-// in all) 0.20-0.31 against 0.49-0.63 ms; 2 ranks, six alternations could not tell the two
-// apart (64 MiB: 11-108 ms over shared memory, 28-71 ms with MPI).
-const SharedAllgatherMinBytes = 1 << 20
+// in all) 0.20-0.31 against 0.49-0.63 ms. At 2 ranks MPI_Allgatherv is one copy out of the
+// other rank's memory, the staged allgather two: on the 2-core AMD EPYC of family 26 (32 MiB of
+// L3 cache; alternated with MPI three times, alone), up to 4 MiB per rank (8 MiB in all) MPI was
+// as fast or faster (4 MiB: 0.34-0.43 against 0.43-0.44 ms), from 6 MiB per rank shared memory
+// was faster every time (6 MiB: 0.43-0.46 against 0.51-0.62 ms; 8 MiB 0.60-0.64 against
+// 1.10-1.31; 16 MiB 2.04 against 3.0-3.9; 64 MiB 6.8-9.1 against 11.4-15.7); 16 MiB in all
+// leaves a margin below the sizes where it won. On the AVX2 machine, loaded, six 2-rank
+// alternations could not tell the two apart at 64 MiB.
+const (
+	SharedAllgatherMinBytes  = 1 << 20
+	SharedAllgatherMinBytes2 = 16 << 20
+)
+
+// sharedAllgatherMin is the least length of an allgather's result that goes over shared memory
+// in a job of size ranks: chosen on the job's layout alone, so alike on every rank.
+func sharedAllgatherMin(size int) int {
+	if size == 2 {
+		return SharedAllgatherMinBytes2
+	}
+	return SharedAllgatherMinBytes
+}
 
 // sharedAllgather reports whether an allgather of total bytes in all goes over shared memory in
 // a job of size ranks: on the job's layout and the counts, which every rank has, alone.
 func sharedAllgather(size, total int) bool {
-	return size >= 3 && total >= SharedAllgatherMinBytes
+	return size >= 2 && total >= sharedAllgatherMin(size)
 }
 
 // sharedBroadcast sends root's buf to every rank over shared memory (sharedCopy); done is false

@@ -561,25 +561,27 @@ func rawAllgatherv(t *testing.T, counts []int) []byte {
 	return recv
 }
 
-// In a job of 3 ranks or more, an allgather whose result is SharedAllgatherMinBytes or longer
-// goes over shared memory (counted, and named SHM for the timeline), of data in lent memory
-// (read where it lies, at an offset in its segment) and of Go memory (staged in parts, the last
-// one short), with counts that differ and a rank that sends nothing, and every rank ends with
-// the bytes MPI_Allgatherv gives; a shorter one, and every one in a job of 2, stays with MPI.
+// An allgather whose result is as long as the job's threshold (SharedAllgatherMinBytes,
+// SharedAllgatherMinBytes2 at 2 ranks) or longer goes over shared memory (counted, and named SHM
+// for the timeline), of data in lent memory (read where it lies, at an offset in its segment)
+// and of Go memory (staged in parts, the last one short), with counts that differ and a rank
+// that sends nothing, and every rank ends with the bytes MPI_Allgatherv gives; a shorter one
+// stays with MPI.
 func TestSharedAllgatherMatchesMPI(t *testing.T) {
 	topo := needShared(t)
 	const off = 4096 + 8
+	least := sharedAllgatherMin(topo.Size)
 	uneven, oneEmpty, short := make([]int, topo.Size), make([]int, topo.Size), make([]int, topo.Size)
 	for p := range topo.Size {
-		uneven[p] = 2*SharedCopyPart + 1000*p + 7
-		oneEmpty[p] = SharedAllgatherMinBytes / 2
-		short[p] = (SharedAllgatherMinBytes - 1) / topo.Size
+		uneven[p] = max(2*SharedCopyPart, least/topo.Size) + 1000*p + 7
+		oneEmpty[p] = (least + topo.Size - 2) / (topo.Size - 1) // the others' reach the threshold
+		short[p] = (least - 1) / topo.Size
 	}
 	oneEmpty[1] = 0
 	for _, c := range []struct {
 		counts []int
 		shared bool
-	}{{uneven, topo.Size >= 3}, {oneEmpty, topo.Size >= 3}, {short, false}} {
+	}{{uneven, true}, {oneEmpty, true}, {short, false}} {
 		mine := c.counts[topo.Rank]
 		mem, err := comm.AllocHost(off + mine + 1)
 		if err != nil {
@@ -619,12 +621,9 @@ func TestSharedAllgatherMatchesMPI(t *testing.T) {
 // rank whose data is lent memory needs no staging: that allgather still goes over shared memory.
 func TestSharedAllgatherFallsBackTogether(t *testing.T) {
 	topo := needShared(t)
-	if topo.Size < 3 {
-		t.Skip("allgathers go over shared memory from 3 ranks")
-	}
 	counts := make([]int, topo.Size)
 	for p := range counts {
-		counts[p] = SharedCopyPart + 100
+		counts[p] = max(SharedCopyPart, sharedAllgatherMin(topo.Size)/topo.Size) + 100
 	}
 	comm.shm.noStaging = topo.Rank == topo.Size-1
 	defer func() { comm.shm.noStaging = false }()
