@@ -491,12 +491,19 @@ const (
 )
 
 // sharedBroadcastMin is the least length of a broadcast that goes over shared memory in a job
-// of size ranks: chosen on the job's layout alone, so alike on every rank.
+// of size ranks.
 func sharedBroadcastMin(size int) int {
+	return bySize(size, SharedBroadcastMinBytes2, SharedBroadcastMinBytes)
+}
+
+// bySize is two in a job of 2 ranks, more in a larger one: a threshold chosen on the job's
+// layout alone, so alike on every rank. At 2 ranks MPI moves the data in one copy out of the
+// other rank's memory, where the staged collectives over shared memory make two.
+func bySize(size, two, more int) int {
 	if size == 2 {
-		return SharedBroadcastMinBytes2
+		return two
 	}
-	return SharedBroadcastMinBytes
+	return more
 }
 
 // SharedCopyPart is the part of a broadcast's or allgather's data that a rank whose buffer is
@@ -527,12 +534,9 @@ const (
 )
 
 // sharedAllgatherMin is the least length of an allgather's result that goes over shared memory
-// in a job of size ranks: chosen on the job's layout alone, so alike on every rank.
+// in a job of size ranks.
 func sharedAllgatherMin(size int) int {
-	if size == 2 {
-		return SharedAllgatherMinBytes2
-	}
-	return SharedAllgatherMinBytes
+	return bySize(size, SharedAllgatherMinBytes2, SharedAllgatherMinBytes)
 }
 
 // sharedAllgather reports whether an allgather of total bytes in all goes over shared memory in
