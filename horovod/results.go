@@ -10,27 +10,32 @@ import (
 )
 
 // resultPool is the memory of the results horovod allocates (Allreduce without Output,
-// Allgather, Broadcast) that callers give back with Release, as TensorFlow's allocator recycles
-// the output tensors of Horovod's ops once they are dropped. A released buffer goes to the free
-// list of its size class and is handed out again, unzeroed, as a later result of that class: the
-// collective overwrites every byte of it. What a caller never releases is the garbage
-// collector's as before.
+// Allgather, Broadcast), recycled as TensorFlow's allocator recycles the output tensors of
+// Horovod's ops once they are dropped. A result comes back to the pool in one of two ways: at
+// once, when its caller gives it back with Release, or once the garbage collector finds it
+// dropped (a finalizer on its buffer, which then lives on as pooled memory instead of being
+// freed). A pooled buffer goes to the free list of its size class and is handed out again,
+// unzeroed, as a later result of that class: the collective overwrites every byte of it. So a
+// program that drops its results allocates only until the collections catch up, instead of
+// allocating (and the runtime zeroing) every result.
 //
-// Released memory is not pinned for long: as in a sync.Pool, what lies unused through a garbage
+// Pooled memory is not pinned for long: as in a sync.Pool, what lies unused through a garbage
 // collection becomes the victim list, which the next collection drops. (A sync.Pool itself hands
 // a buffer put on one processor to a Get on another only by chance, and the caller releases on
 // its goroutine while results are made on the background loop's.)
 //
 // out is what keeps Release from recycling memory that is not a result or is still in use
 // elsewhere (a caller's own slice, a result released twice, a slice of one): the results handed
-// out and not released, by weak pointer to their first byte, which does not keep them alive and,
-// unlike an address, never matches a later object at the same address. A result dropped without
-// Release leaves out through the cleanup attached to its buffer when first allocated.
+// out and not back, by weak pointer to their first byte, which does not keep them alive and,
+// unlike an address, never matches a later object at the same address (nor the same buffer
+// handed out again after a finalizer brought it back: the weak package's rule for resurrected
+// objects, which is why the finalizer carries the key it was handed out under).
 type resultPool struct {
 	mu           sync.Mutex
-	out          map[weak.Pointer[byte]]int // handed out, not released: the result's length
-	free, victim map[int][]*byte            // released, by size class (see classOf): first bytes
+	out          map[weak.Pointer[byte]]int // handed out, not back: the result's length
+	free, victim map[int][]*byte            // back, by size class (see classOf): first bytes
 	watching     bool                       // a collection will call collected
+	made         int                        // buffers allocated rather than recycled
 }
 
 // smallestResultClass is the least capacity of a pooled buffer: results this short share their
@@ -59,7 +64,15 @@ func classBytes(k int) int {
 	return (step + 9) << (e - 4)
 }
 
-// get returns n bytes for a result, recycled when a result of its class was released and not
+// recycleDroppedMax is the largest class whose dropped results come back to the pool. A
+// resurrected buffer stays live through collections that would have freed it, and the runtime
+// paces collections by the live heap: results of hundreds of MiB then keep it growing, each new
+// one fresh memory from the kernel, faulted in page by page, which costs more than the
+// allocation it saves (make bench-peer, 2-rank 256 MiB averages: 0.14-0.48 s a call against
+// 0.05-0.07 s without).
+const recycleDroppedMax = 16 << 20
+
+// get returns n bytes for a result, recycled when a result of its class came back and was not
 // dropped since. Their contents are whatever the last user left: the caller overwrites all of
 // them.
 func (p *resultPool) get(n int) []byte {
@@ -74,14 +87,20 @@ func (p *resultPool) get(n int) []byte {
 		first = pop(p.victim, k)
 	}
 	if first == nil {
-		buf := make([]byte, classBytes(k))
-		first = &buf[0]
-		runtime.AddCleanup(first, p.forget, weak.Make(first))
+		first = &make([]byte, classBytes(k))[0]
+		p.made++
+		if classBytes(k) > recycleDroppedMax {
+			runtime.AddCleanup(first, p.forget, weak.Make(first))
+		}
 	}
 	if p.out == nil {
 		p.out = make(map[weak.Pointer[byte]]int)
 	}
-	p.out[weak.Make(first)] = n
+	key := weak.Make(first)
+	p.out[key] = n
+	if classBytes(k) <= recycleDroppedMax {
+		runtime.SetFinalizer(first, func(first *byte) { p.dropped(key, first) })
+	}
 	return unsafe.Slice(first, n)
 }
 
@@ -97,11 +116,31 @@ func pop(lists map[int][]*byte, k int) *byte {
 	return first
 }
 
-// forget drops a collected result from out (one dropped without Release).
-func (p *resultPool) forget(first weak.Pointer[byte]) {
+// forget drops a collected result too large to recycle from out.
+func (p *resultPool) forget(key weak.Pointer[byte]) {
 	p.mu.Lock()
-	delete(p.out, first)
+	delete(p.out, key)
 	p.mu.Unlock()
+}
+
+// dropped takes back a result the garbage collector found unreachable (its finalizer): it was
+// handed out under key, which no longer matches its buffer, and nothing can read or write it.
+func (p *resultPool) dropped(key weak.Pointer[byte], first *byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.out[key]
+	delete(p.out, key)
+	p.pool(first, n)
+}
+
+// pool puts the first byte of an n-byte result on the free list of its class; p.mu is held.
+func (p *resultPool) pool(first *byte, n int) {
+	if p.free == nil {
+		p.free = make(map[int][]*byte)
+	}
+	k := classOf(n)
+	p.free[k] = append(p.free[k], first)
+	p.watch()
 }
 
 // put takes back a result get handed out; false when data is not one (or was given back).
@@ -117,12 +156,8 @@ func (p *resultPool) put(data []byte) bool {
 		return false
 	}
 	delete(p.out, first)
-	if p.free == nil {
-		p.free = make(map[int][]*byte)
-	}
-	k := classOf(n)
-	p.free[k] = append(p.free[k], &data[0])
-	p.watch()
+	runtime.SetFinalizer(&data[0], nil) // pooled: once dropped from the lists, simply freed
+	p.pool(&data[0], n)
 	return true
 }
 
@@ -137,7 +172,7 @@ func (p *resultPool) watch() {
 }
 
 // collected ages the free lists at a garbage collection: what lay unused since the last one is
-// dropped, what was released since becomes the victim list. It keeps watching while either holds
+// dropped, what came back since becomes the victim list. It keeps watching while either holds
 // memory, and stops after: the pending cleanup keeps p (and its Horovod) reachable.
 func (p *resultPool) collected() {
 	p.mu.Lock()
@@ -149,7 +184,7 @@ func (p *resultPool) collected() {
 	}
 }
 
-// outstanding counts the results handed out and neither released nor collected.
+// outstanding counts the results handed out and neither released nor found dropped.
 func (p *resultPool) outstanding() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -160,10 +195,10 @@ func (p *resultPool) outstanding() int {
 // allocating or zeroing, as a later result of about the same size (Allreduce without Output,
 // GroupedAllreduce, Allgather, Broadcast): what TensorFlow's allocator does for the outputs of
 // Horovod's ops once a program drops them. A result must not be read or written after Release,
-// which is why it is explicit: a result never released is left to the garbage collector, as
-// before, at the price of an allocation per call (at 1 MiB and more, in a process with a small
-// live heap, a collection every few calls). Buffers the caller reuses (AllreduceOptions.Output,
-// AllgatherInto) are the other way to the same speed.
+// which is why it is explicit: a result never released comes back only once a garbage
+// collection finds it dropped, and until then every call allocates a new one (at 1 MiB and
+// more, in a process with a small live heap, a collection every few calls). Buffers the caller
+// reuses (AllreduceOptions.Output, AllgatherInto) are the other way to the same speed.
 //
 // Each tensor must be a result of this job, whole and not yet released: anything else (the
 // caller's own memory, a slice of a result, a second Release before the memory is handed out
