@@ -78,10 +78,9 @@ type Config struct {
 // defaultTask is what runs without flags (`go run ./cmd/finetune`, `make run`): MiniLM converted
 // by `make model`, fine-tuned on the IMDB subset of `make data`, evaluated and used to predict.
 // Paths are relative to the repository root. The subset sizes keep `make run` (two ranks on a
-// two-core machine with AMX, where --amp trains in bfloat16) within ten minutes; head+tail
-// truncation, the training set size and the learning rate were chosen on dev lines that make run
-// does not report (docs/usage.md, "What `make run` gives you", has the measured time and
-// accuracy).
+// two-core machine) within about ten minutes (defaultTrainExamples); head+tail truncation, the
+// training set size and the learning rate were chosen on dev lines that make run does not report
+// (docs/usage.md, "What `make run` gives you", has the measured time and accuracy).
 func defaultTask() Config {
 	c := runClassifierDefaults()
 	c.DoTrain, c.DoEval, c.DoPredict = true, true, true
@@ -97,11 +96,27 @@ func defaultTask() Config {
 	c.SaveCheckpointsSteps = 100
 	c.LogStepCountSteps = 10
 	c.AMP = "true" // bfloat16 where the CPU has AVX512-BF16 or AMX, float32 (and why) elsewhere
-	c.MaxTrainExamples = 8000
+	c.MaxTrainExamples = defaultTrainExamples(bertgraph.DetectCPUBF16())
 	c.KeepTailTokens = 96 // head 30 + tail 96: about Sun et al.'s 128 + 382 of 510, scaled to 126
 	c.MaxEvalExamples = 1000
 	c.MaxPredictExamples = 200
 	return c
+}
+
+// defaultTrainExamples is how much of IMDB's training split the default task trains on: as much
+// as make run trains in about ten minutes on a two-core machine in the precision --amp picks
+// there, since more examples are what lifts its dev accuracy (docs/usage.md). Where --amp computes
+// in bfloat16 (AVX512-BF16 or AMX), 16,000: about 7 minutes at the 38.8 examples/s the slower
+// of the two such CPUs measured (an Intel Xeon with AMX) trained 8,000 at. In float32, 8,000:
+// 9 minutes at 14.9 examples/s on an AMD EPYC with AVX2 alone. (On a GPU --amp computes in
+// float16 whatever the CPU, and either size trains in minutes.) Every rank decides alike on one
+// machine; ranks on CPUs that differ would each read their own first lines, and the schedule
+// still follows their sum.
+func defaultTrainExamples(cpu bertgraph.CPUBF16) int {
+	if cpu.Supported() {
+		return 16000
+	}
+	return 8000
 }
 
 const (
