@@ -31,6 +31,7 @@ import pathlib
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -148,6 +149,13 @@ def amp(a, work):
           f"bfloat16 / float32 = {best['two_bf16'] / best['two']:.2f}x")
     print(f"  scaling efficiency 1 -> 2 ranks: float32 {best['two'] / (2 * best['one']):.2f}, "
           f"bfloat16 {best['two_bf16'] / (2 * best['one_bf16']):.2f} (target >= 0.95)")
+    # A run's rate moves by several percent from run to run on a small machine, as much as the
+    # scaling falls short of 1: each repeat's 2-rank run is also set against the 1-rank run of the
+    # same repeat, minutes apart rather than the best of each wherever it fell.
+    for k1, k2, what in (("one", "two", "float32"), ("one_bf16", "two_bf16", "bfloat16")):
+        paired = [t / (2 * o) for o, t in zip(rates[k1], rates[k2])]
+        print(f"  scaling {what}, each repeat's runs: {', '.join(f'{r:.3f}' for r in paired)}; "
+              f"median {statistics.median(paired):.3f}")
     print(f"  two independent 1-rank bfloat16 jobs at once: {best['two_alone_bf16']:6.2f}   "
           f"2 x one alone: {best['two_alone_bf16'] / (2 * best['one_bf16']):.2f} (the ceiling of scaling on this machine, "
           f"no allreduce); 2 ranks / them: {best['two_bf16'] / best['two_alone_bf16']:.2f}")
