@@ -22,7 +22,9 @@ script skips its warmup step the same way). The three runs are repeated --repeat
 interleaved, and each configuration keeps its best rate: on a machine shared with other jobs the
 best of several runs is the one least disturbed, for all three alike. Prints the figures and two
 ratios: scaling efficiency = rate(2 ranks) / (2 x rate(1 rank)) (target >= 0.9), and gorovod /
-MWMS (target >= 1.0).
+MWMS (target >= 1.0). Since a run's rate moves from run to run by about as much as the scaling
+falls short of 1, the scaling is also printed per repeat (each 2-rank run against the 1-rank run
+of the same repeat, minutes apart) with the median of those.
 """
 import argparse
 import json
@@ -64,6 +66,15 @@ def finetune_together(a, ranks, outs, *extra, wait="sleep", mpirun_args=()):
             sys.exit(f"bench_finetune: {' '.join(cmd)}: exit {job.returncode}\n{stderr}{stdout}")
         total += float(m.group(1))
     return total
+
+
+def print_paired_scaling(one, two, what):
+    """Prints the scaling efficiency of each repeat (its 2-rank rate against the 1-rank rate of
+    the same repeat) and their median: the best of each, wherever it fell, can land either side
+    of a target that the runs' spread straddles."""
+    paired = [t / (2 * o) for o, t in zip(one, two)]
+    print(f"  scaling{' ' + what if what else ''}, each repeat's runs: {', '.join(f'{r:.3f}' for r in paired)}; "
+          f"median {statistics.median(paired):.3f}")
 
 
 def mwms(a, work):
@@ -115,6 +126,7 @@ def main():
     print(f"best of {a.repeats}:")
     print(f"  gorovod 1 rank : {one:8.2f} examples/s")
     print(f"  gorovod 2 ranks: {two:8.2f} examples/s   scaling efficiency {two / (2 * one):.2f} (target >= 0.9)")
+    print_paired_scaling(rates["one"], rates["two"], "")
     print(f"  gorovod 2 ranks, --use_fp16: {fp16:6.2f} examples/s   scaling efficiency {fp16 / (2 * one):.2f}")
     print(f"  TF MWMS 2 workers: {tf_rate:6.2f} examples/s   gorovod / MWMS = {two / tf_rate:.2f}x (target >= 1.0)")
     if a.compare_waits:
@@ -149,13 +161,8 @@ def amp(a, work):
           f"bfloat16 / float32 = {best['two_bf16'] / best['two']:.2f}x")
     print(f"  scaling efficiency 1 -> 2 ranks: float32 {best['two'] / (2 * best['one']):.2f}, "
           f"bfloat16 {best['two_bf16'] / (2 * best['one_bf16']):.2f} (target >= 0.95)")
-    # A run's rate moves by several percent from run to run on a small machine, as much as the
-    # scaling falls short of 1: each repeat's 2-rank run is also set against the 1-rank run of the
-    # same repeat, minutes apart rather than the best of each wherever it fell.
-    for k1, k2, what in (("one", "two", "float32"), ("one_bf16", "two_bf16", "bfloat16")):
-        paired = [t / (2 * o) for o, t in zip(rates[k1], rates[k2])]
-        print(f"  scaling {what}, each repeat's runs: {', '.join(f'{r:.3f}' for r in paired)}; "
-              f"median {statistics.median(paired):.3f}")
+    print_paired_scaling(rates["one"], rates["two"], "float32")
+    print_paired_scaling(rates["one_bf16"], rates["two_bf16"], "bfloat16")
     print(f"  two independent 1-rank bfloat16 jobs at once: {best['two_alone_bf16']:6.2f}   "
           f"2 x one alone: {best['two_alone_bf16'] / (2 * best['one_bf16']):.2f} (the ceiling of scaling on this machine, "
           f"no allreduce); 2 ranks / them: {best['two_bf16'] / best['two_alone_bf16']:.2f}")
