@@ -242,6 +242,8 @@ func readFixed[T Scalar | uint16](t *Tensor, want DataType, dst []T) ([]T, error
 	}
 	dst = dst[:n]
 	copy(dst, data[T](t.c, n))
+	// Until the copy ends t must stay reachable: its cleanup would free the memory being read.
+	runtime.KeepAlive(t)
 	return dst, nil
 }
 
@@ -316,5 +318,6 @@ func overwriteFixed[T Scalar | uint16](t *Tensor, dtype DataType, src []T) error
 		t.cleanup = runtime.AddCleanup(t, freeTensor, c)
 	}
 	copy(data[T](t.c, n), src)
+	runtime.KeepAlive(t) // as in readFixed: no cleanup frees the memory being written
 	return nil
 }
