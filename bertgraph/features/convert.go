@@ -103,6 +103,9 @@ func (c *Converter) convertInto(ex InputExample, ids, mask, segs []int32, scratc
 			}
 		}
 		a, b = a[:nA], b[:nB]
+		// run_classifier tests tokens_b after the truncation: a b truncated away (max_seq_length
+		// 3 or 4) leaves a single sequence too.
+		pair = nB > 0
 	} else if keep := c.maxSeqLength - 2; nA > keep {
 		head := keep - c.tailTokens
 		// The tail moves down next to the head, within toks (scratch), which a does not outlive.

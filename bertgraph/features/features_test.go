@@ -111,6 +111,25 @@ func TestConvertEmptyTextB(t *testing.T) {
 	checkFeatures(t, f, InputFeatures{InputIDs: []int32{2, 5, 6, 7, 8, 3}, InputMask: []int32{1, 1, 1, 1, 1, 1}, SegmentIDs: make([]int32, 6), IsRealExample: true})
 }
 
+// A text b that the truncation empties (max_seq_length 3 or 4) leaves a single sequence, as
+// run_classifier decides after _truncate_seq_pair: a keeps the max_seq_length - 3 tokens the
+// truncation left it and no second [SEP] follows.
+func TestConvertPairTruncatedToSingle(t *testing.T) {
+	for _, cs := range []struct {
+		maxSeq    int
+		ids, mask []int32
+	}{
+		{4, []int32{2, 5, 3, 0}, []int32{1, 1, 1, 0}}, // a 1, b 1: the tie takes b's token
+		{3, []int32{2, 3, 0}, []int32{1, 1, 0}},       // no room for either
+	} {
+		f, err := newConv(t, cs.maxSeq).Convert(InputExample{TextA: "a b", TextB: "c", Label: "neg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFeatures(t, f, InputFeatures{InputIDs: cs.ids, InputMask: cs.mask, SegmentIDs: make([]int32, cs.maxSeq), IsRealExample: true})
+	}
+}
+
 func checkFeatures(t *testing.T, got, want InputFeatures) {
 	t.Helper()
 	if !slices.Equal(got.InputIDs, want.InputIDs) || !slices.Equal(got.InputMask, want.InputMask) ||
