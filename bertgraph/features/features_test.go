@@ -247,6 +247,47 @@ func TestSeedReaderShards(t *testing.T) {
 	}
 }
 
+// MaxLines ends the file for every rank after the first MaxLines data lines: the ranks together
+// read exactly those, and a bad line right after them is never read (nor counted when skipped).
+func TestMaxLines(t *testing.T) {
+	const limit = 7
+	var body strings.Builder
+	for i := range limit {
+		fmt.Fprintf(&body, "%d\ttext %d\n", i%2, i)
+	}
+	body.WriteString("\n1\tafter the blank line\n")
+	path := writeFile(t, "limited.txt", body.String())
+	for _, skip := range []bool{false, true} {
+		for _, size := range []int{1, 2, 3} {
+			var texts []string
+			for rank := range size {
+				exs, counts, err := readAll(t, path, ReadOptions{Rank: rank, Size: size, SkipBad: skip, MaxLines: limit})
+				if err != nil {
+					t.Fatalf("size %d rank %d: %v", size, rank, err)
+				}
+				if counts.Lines != limit || counts.Skipped != 0 || counts.Read != len(exs) {
+					t.Errorf("size %d rank %d, SkipBad %v: counts %+v", size, rank, skip, counts)
+				}
+				for _, ex := range exs {
+					texts = append(texts, ex.TextA)
+				}
+			}
+			slices.Sort(texts)
+			var want []string
+			for i := range limit {
+				want = append(want, fmt.Sprintf("text %d", i))
+			}
+			if !slices.Equal(texts, want) {
+				t.Errorf("size %d: ranks read %q, want the first %d lines", size, texts, limit)
+			}
+		}
+	}
+	// Without the limit the blank line is bad input.
+	if _, _, err := readAll(t, path, ReadOptions{}); err == nil || !strings.Contains(err.Error(), "blank line") {
+		t.Errorf("whole file: %v, want the blank line", err)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	labels, _ := NewLabels([]string{"0", "1"})
 	cases := []struct {

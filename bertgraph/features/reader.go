@@ -76,6 +76,10 @@ type ReadOptions struct {
 	Labels *Labels
 	// SkipBad skips bad lines and counts them instead of failing on the first one.
 	SkipBad bool
+	// MaxLines, when positive, ends the file after its first MaxLines data lines (every rank's
+	// counted, the header not): the ranks together read exactly those lines, and nothing after
+	// them is read, checked or counted.
+	MaxLines int
 }
 
 // Filter selects lines by the value of one field.
@@ -166,6 +170,9 @@ func (r *Reader) Path() string { return r.path }
 // (unless SkipBad). Read errors are returned as they are.
 func (r *Reader) Next() (InputExample, error) {
 	for {
+		if r.opts.MaxLines > 0 && r.counts.Lines >= r.opts.MaxLines {
+			return InputExample{}, io.EOF
+		}
 		raw, err := r.readLine()
 		if err != nil {
 			return InputExample{}, err

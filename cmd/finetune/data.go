@@ -16,28 +16,14 @@ import (
 	records "github.com/gorovod/gorovod/tf/tfrecord"
 )
 
-// firstLines stops a rank's Reader after the first limit data lines of the file (all ranks'
-// lines counted), so that with line i going to rank i % size the ranks together read exactly
-// those lines. limit 0 reads everything.
-// unlabelled drops the labels (prediction ignores them, as run_classifier's test examples).
-type firstLines struct {
-	r          *features.Reader
-	limit      int
-	unlabelled bool
-}
+// withoutLabels drops the labels of a Reader's examples: prediction ignores them, as
+// run_classifier's test examples.
+type withoutLabels struct{ r *features.Reader }
 
-func (s *firstLines) Next() (features.InputExample, error) {
+func (s withoutLabels) Next() (features.InputExample, error) {
 	ex, err := s.r.Next()
-	if err != nil {
-		return ex, err
-	}
-	if s.limit > 0 && s.r.Counts().Lines > s.limit {
-		return features.InputExample{}, io.EOF
-	}
-	if s.unlabelled {
-		ex.Label = ""
-	}
-	return ex, nil
+	ex.Label = ""
+	return ex, err
 }
 
 // trainCacheKey is everything the content of a rank's train.tf_record depends on. The cache is
@@ -113,7 +99,7 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	os.Remove(keyPath)
 
 	opts := c.task().train.read
-	opts.Rank, opts.Size, opts.Labels, opts.SkipBad = rank, size, conv.Labels(), c.SkipBadLines
+	opts.Rank, opts.Size, opts.Labels, opts.SkipBad, opts.MaxLines = rank, size, conv.Labels(), c.SkipBadLines, c.MaxTrainExamples
 	r, err := features.Open(in.train, opts)
 	if err != nil {
 		return "", cache, false, err
@@ -125,7 +111,7 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	}
 	defer out.Abort()
 	w := records.NewWriter(out)
-	stream := conv.Stream(&firstLines{r: r, limit: c.MaxTrainExamples}, features.StreamOptions{BatchSize: 64})
+	stream := conv.Stream(r, features.StreamOptions{BatchSize: 64})
 	defer stream.Close()
 	n := 0
 	for {
@@ -177,10 +163,14 @@ func evalStream(c *Config, path string, conv *features.Converter, batchSize, lim
 		opts.Unlabelled = !withLabels
 	}
 	opts.SkipBad = labelled && c.SkipBadLines
+	opts.MaxLines = limit
 	r, err := features.Open(path, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	src := &firstLines{r: r, limit: limit, unlabelled: !labelled}
+	var src features.Source = r
+	if !labelled {
+		src = withoutLabels{r}
+	}
 	return conv.Stream(src, features.StreamOptions{BatchSize: batchSize}), r, nil
 }

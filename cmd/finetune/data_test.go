@@ -108,9 +108,9 @@ func TestSkipBadLinesNeverSkipsTestLines(t *testing.T) {
 	os.WriteFile(test, bad, 0o644)
 	c := &Config{SkipBadLines: true}
 
-	readAll := func(path string, labelled bool) (int, features.Counts, error) {
+	readAll := func(path string, labelled bool, limit int) (int, features.Counts, error) {
 		t.Helper()
-		stream, r, err := evalStream(c, path, conv, 4, 0, labelled)
+		stream, r, err := evalStream(c, path, conv, 4, limit, labelled)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,13 +128,17 @@ func TestSkipBadLinesNeverSkipsTestLines(t *testing.T) {
 			n += b.NumReal()
 		}
 	}
-	n, counts, err := readAll(dev, true)
+	n, counts, err := readAll(dev, true, 0)
 	if err != nil || n != 2 || counts.Skipped != 1 {
 		t.Errorf("dev with --skip_bad_lines: %d examples, %d skipped, err %v; want 2, 1, nil", n, counts.Skipped, err)
 	}
-	_, counts, err = readAll(test, false)
+	_, counts, err = readAll(test, false, 0)
 	var le *features.LineError
 	if !errors.As(err, &le) || le.Path != test || le.Line != 2 || !strings.Contains(err.Error(), test+":2:") {
 		t.Errorf("test with --skip_bad_lines: err %v (%d skipped), want a LineError at %s:2", err, counts.Skipped, test)
+	}
+	// --max_predict_examples=1 ends test.tsv before the bad line: it is never read.
+	if n, counts, err := readAll(test, false, 1); err != nil || n != 1 || counts.Lines != 1 {
+		t.Errorf("the first line of test.tsv: %d examples of %d lines, err %v; want 1 of 1, nil", n, counts.Lines, err)
 	}
 }
