@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
+	"github.com/gorovod/gorovod/tf/atomicfile"
 	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
@@ -93,5 +94,26 @@ func skipBatches(ds *tfrecord.Dataset, batches int64, batchSize int) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// updatePosition brings the input position of the latest checkpoint up to drawn batches: an
+// update skipped since it was saved (gradients not finite) drew a batch without a step, so the
+// checkpoint's weights and slots are still this step's but its position is behind, and a run
+// resumed from it would train on that batch again and on every later one a batch late.
+func (t *Trainer) updatePosition(drawn int64) error {
+	prefix, step, _, err := t.ckpts.Latest()
+	if err != nil {
+		return err
+	}
+	pos, err := readInputPosition(prefix, step)
+	if err != nil || pos.Batches == drawn {
+		return err
+	}
+	b, _ := json.Marshal(inputPosition{Batches: drawn, Ranks: t.size})
+	if err := atomicfile.Write(prefix+positionSuffix, b); err != nil {
+		return fmt.Errorf("updating the input position of %s: %w", prefix, err)
+	}
+	t.infof("%s: %d batches drawn (updates skipped since it was saved)", prefix+positionSuffix, drawn)
 	return nil
 }

@@ -165,6 +165,26 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 			t.Errorf("resume point %+v, warning %q", rp, sizeChangeWarning(rp.Prefix, rp.inputPosition, 2))
 		}
 	})
+	// Steps 6 and 7 skipped after the save at step 5, then a stop: the final save finds the
+	// step saved and brings its position up to the batches drawn, as the loop calls it.
+	t.Run("updates skipped after the latest save move its position", func(t *testing.T) {
+		ckpts, _ := saveStep(t, withInputPosition(fakeModel, step, 1))
+		m, err := checkpoint.Open(ckpts, 5, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &Trainer{ckpts: m, size: 1, opts: Options{Logf: t.Logf}}
+		if err := tr.saveCheckpoint(step, drawn); err != nil {
+			t.Fatal(err)
+		}
+		rp := resumeAt(t, ckpts)
+		if rp.Step != step || rp.Batches != drawn || rp.Ranks != 1 {
+			t.Fatalf("resume point %+v; want step %d, %d batches of 1 rank", rp, step, drawn)
+		}
+		if got, want := continued(t, rp), uninterrupted[drawn:]; !reflect.DeepEqual(got, want) {
+			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
+		}
+	})
 	t.Run("a damaged position file is an error naming it", func(t *testing.T) {
 		_, p := saveStep(t, withInputPosition(fakeModel, drawn, 1))
 		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 3}`), 0o644); err != nil {

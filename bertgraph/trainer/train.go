@@ -347,8 +347,8 @@ func (c *phaseClock) lap(phase *time.Duration) {
 // saveCheckpoint saves the model and optimizer state of global step step, with the number of
 // batches drawn so far (see positionSuffix).
 func (t *Trainer) saveCheckpoint(step, drawn int64) error {
-	if t.ckpts.IsLatest(step) { // the final save coincides with a periodic one
-		return nil
+	if t.ckpts.IsLatest(step) { // the final save coincides with a periodic one or the resumed one
+		return t.updatePosition(drawn)
 	}
 	p, err := t.ckpts.Save(step, withInputPosition(func(prefix string) error {
 		_, err := t.model.Save(prefix)
