@@ -98,7 +98,8 @@ func Init(opts ...Option) (*Horovod, error) {
 	// A rank that gave up alone would leave the others waiting for it in their first collective, so
 	// the ranks agree on the outcome first, and only a job where every rank is ready starts its loop.
 	data, ctl, setupErr := setUp(h, control)
-	if err := agreeOnSetup(control, h.topo, setupErr); err != nil {
+	adopted, err := agreeOnSetup(control, h.topo, setupErr, &h.cfg.Settings)
+	if err != nil {
 		if ctl != nil {
 			ctl.timeline.close()
 		}
@@ -107,6 +108,12 @@ func Init(opts ...Option) (*Horovod, error) {
 		}
 		control.Close()
 		return nil, err
+	}
+	for _, line := range adopted {
+		h.log.Print(line)
+	}
+	if ctl.cache.capacity != h.cfg.CacheCapacity { // rank 0's
+		ctl.cache = newResponseCache(h.cfg.CacheCapacity)
 	}
 	h.ctl = ctl
 	ctl.start()

@@ -32,9 +32,17 @@ func (e *SetupError) Error() string {
 func (e *SetupError) Unwrap() error { return e.local }
 
 // agreeOnSetup tells every rank which ranks failed their local setup and why, over control: an
-// allgather of each rank's error length and, when one is not zero, one of the error texts. It
-// returns nil on every rank when no rank failed, and a *SetupError on every rank otherwise.
-func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error) error {
+// allgather of each rank's error length and sequence settings and, when an error length is not
+// zero, one of the error texts. It returns nil on every rank when no rank failed, and a
+// *SetupError on every rank otherwise.
+//
+// The sequence settings decide which collectives a rank calls for the operations negotiation
+// agreed on: which responses fuse into one call (FusionThreshold) and which signatures the
+// response cache keeps (CacheCapacity). Ranks that differ there (an environment set per
+// machine) would call different collectives: a wrong result, a truncation or a hang. As
+// Horovod's coordinator decides the fusion for all, every rank takes rank 0's values into s;
+// adopted says, for this rank's log, each one it had set otherwise.
+func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error, s *Settings) (adopted []string, err error) {
 	var text []byte
 	if localErr != nil {
 		if text = []byte(localErr.Error()); len(text) == 0 {
@@ -44,22 +52,36 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 	fail := func(step string, err error) error {
 		return errors.Join(fmt.Errorf("horovod: rank %d: agreeing on Init with the other ranks (%s): %w", topo.Rank, step, err), localErr)
 	}
-	lengths := make([]byte, 4*topo.Size)
-	if err := backend.ControlAllgatherv(control, binary.LittleEndian.AppendUint32(nil, uint32(len(text))), lengths, slices.Repeat([]int{4}, topo.Size)); err != nil {
-		return fail("error lengths", err)
+	const record = 4 + 8 + 8 // error length, fusion threshold, cache capacity
+	mine := binary.LittleEndian.AppendUint32(nil, uint32(len(text)))
+	mine = binary.LittleEndian.AppendUint64(mine, uint64(s.FusionThreshold))
+	mine = binary.LittleEndian.AppendUint64(mine, uint64(s.CacheCapacity))
+	records := make([]byte, record*topo.Size)
+	if err := backend.ControlAllgatherv(control, mine, records, slices.Repeat([]int{record}, topo.Size)); err != nil {
+		return nil, fail("error lengths and settings", err)
+	}
+	for _, v := range []struct {
+		name string
+		at   int
+		mine *int
+	}{{envFusionThreshold, 4, &s.FusionThreshold}, {envCacheCapacity, 12, &s.CacheCapacity}} {
+		if rank0 := int(binary.LittleEndian.Uint64(records[v.at:])); rank0 != *v.mine {
+			adopted = append(adopted, fmt.Sprintf("%s is %d on this rank, %d on rank 0: using rank 0's, as every rank must fuse and cache alike", v.name, *v.mine, rank0))
+			*v.mine = rank0
+		}
 	}
 	counts := make([]int, topo.Size)
 	total := 0
 	for r := range counts {
-		counts[r] = int(binary.LittleEndian.Uint32(lengths[4*r:]))
+		counts[r] = int(binary.LittleEndian.Uint32(records[record*r:]))
 		total += counts[r]
 	}
 	if total == 0 {
-		return nil
+		return adopted, nil
 	}
 	texts := make([]byte, total)
 	if err := backend.ControlAllgatherv(control, text, texts, counts); err != nil {
-		return fail("error texts", err)
+		return nil, fail("error texts", err)
 	}
 	e := &SetupError{Rank: topo.Rank, local: localErr}
 	for r, n := range counts {
@@ -69,5 +91,5 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 		}
 		texts = texts[n:]
 	}
-	return e
+	return nil, e
 }

@@ -1,6 +1,7 @@
 package horovod
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,9 +141,78 @@ func (brokenControl) Allgatherv(send, recv []byte, counts []int) error {
 func TestSetupAgreementFailureKeepsTheLocalCause(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing", "timeline.json")
 	_, err := Init(WithBackend(brokenControl{}), WithTimeline(path))
-	want := fmt.Sprintf("horovod: rank 0: agreeing on Init with the other ranks (error lengths): link down\n"+
+	want := fmt.Sprintf("horovod: rank 0: agreeing on Init with the other ranks (error lengths and settings): link down\n"+
 		"HOROVOD_TIMELINE: open %s: no such file or directory", path)
 	if err == nil || err.Error() != want || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("got %v\nwant %s", err, want)
+	}
+}
+
+// lockedBuffer is a log that the test reads while the rank may still write it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// Ranks started with other fusion thresholds and cache capacities than rank 0 (an environment set
+// per machine) take rank 0's and say so: with its own threshold, rank 1 alone would allreduce the
+// group's two tensors one by one while rank 0 fuses them, and the sums would be wrong.
+func TestRanksTakeRankZerosFusionAndCacheSettings(t *testing.T) {
+	g := newLoopback(3)
+	logs := make([]lockedBuffer, 3)
+	hs, errs := initRanks(g, func(r int) []Option {
+		threshold, capacity := 1<<20, 16
+		if r == 1 {
+			threshold, capacity = 0, 0
+		}
+		return []Option{WithLogOutput(&logs[r]), WithFusionThreshold(threshold), func(c *config) { c.CacheCapacity = capacity }}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, h := range hs {
+			h.Shutdown()
+		}
+	}()
+	for r, h := range hs {
+		if h.cfg.FusionThreshold != 1<<20 || h.cfg.CacheCapacity != 16 || h.ctl.cache.capacity != 16 {
+			t.Errorf("rank %d: fusion threshold %d, cache capacity %d (cache %d); want rank 0's 1048576 and 16",
+				r, h.cfg.FusionThreshold, h.cfg.CacheCapacity, h.ctl.cache.capacity)
+		}
+	}
+	for range 3 { // the later rounds announce the group by cache slot
+		onEveryRank(t, hs, func(h *Horovod) error {
+			r := float32(h.Rank())
+			out, err := h.GroupedAllreduce([]NamedTensor{
+				{Name: "a", Tensor: mustTensor(t, []int{2}, []float32{r, 1})},
+				{Name: "b", Tensor: mustTensor(t, []int{3}, []float32{10 * r, 10, 100})},
+			}, AllreduceOptions{Op: Sum})
+			if err != nil {
+				return err
+			}
+			if a, b := mustValues[float32](out[0]), mustValues[float32](out[1]); !slices.Equal(a, []float32{3, 3}) || !slices.Equal(b, []float32{30, 30, 300}) {
+				return fmt.Errorf("sums a %v, b %v; want [3 3], [30 30 300]", a, b)
+			}
+			return nil
+		})
+	}
+	for r := range logs {
+		said := logs[r].String()
+		for _, want := range []string{
+			"HOROVOD_FUSION_THRESHOLD is 0 on this rank, 1048576 on rank 0: using rank 0's",
+			"HOROVOD_CACHE_CAPACITY is 0 on this rank, 16 on rank 0: using rank 0's",
+		} {
+			if strings.Contains(said, want) != (r == 1) {
+				t.Errorf("rank %d's log %q; saying %q: %v", r, said, want, r == 1)
+			}
+		}
 	}
 }
