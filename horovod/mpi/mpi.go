@@ -245,8 +245,9 @@ func (c *Comm) Name() string { return "mpi" }
 // Topology is the process's place in MPI_COMM_WORLD; local means sharing memory with this process.
 func (c *Comm) Topology() backend.Topology { return c.topo }
 
-// maxCount is the largest element count one MPI call takes (counts are C ints).
-const maxCount = math.MaxInt32
+// maxCount is the largest element count one MPI call takes (counts are C ints); a variable so
+// that a test can make the calls past it with small buffers.
+var maxCount = math.MaxInt32
 
 func ptr(b []byte) unsafe.Pointer {
 	if len(b) == 0 {
@@ -324,6 +325,11 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 	if done, err := c.broadcastShared(buf, root); done || err != nil {
 		return err
 	}
+	return c.mpiBroadcast(buf, root)
+}
+
+// mpiBroadcast is Broadcast through MPI_Bcast, in chunks of at most maxCount bytes.
+func (c *Comm) mpiBroadcast(buf []byte, root int) error {
 	for off := 0; off < len(buf); {
 		n := min(len(buf)-off, maxCount)
 		b := buf[off : off+n]
@@ -394,15 +400,15 @@ func (c *Comm) broadcastShared(buf []byte, root int) (done bool, err error) {
 	return done, err
 }
 
-// Allgatherv gathers up to 2^31-1 bytes in all (MPI's displacements are C ints): horovod's data
-// allgathers, which every rank enters once negotiation has agreed on them. It goes over shared
-// memory when every rank runs on this machine and the result is SharedAllgatherMinBytes or longer
-// (SharedAllgatherMinBytes2 in a job of 2 ranks; sharedAllgatherv), otherwise through MPI's blocking
-// MPI_Allgatherv. Negotiation rounds go through NegotiationAllgatherv.
+// Allgatherv gathers every rank's part into recv on every rank: horovod's data allgathers,
+// which every rank enters once negotiation has agreed on them. It goes over shared memory when
+// every rank runs on this machine and the result is SharedAllgatherMinBytes or longer
+// (SharedAllgatherMinBytes2 in a job of 2 ranks; sharedAllgatherv), otherwise through MPI
+// (mpiAllgatherv). Negotiation rounds go through NegotiationAllgatherv.
 func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	c.lastGatherPath = ""
 	if c.shm != nil && sharedAllgather(c.topo.Size, len(recv)) {
-		if _, _, _, err := c.allgathervArgs(send, recv, counts); err != nil {
+		if _, err := c.checkAllgatherv(send, recv, counts); err != nil {
 			return err
 		}
 		done, err := c.sharedAllgatherv(send, recv, counts)
@@ -416,15 +422,37 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	return c.mpiAllgatherv(send, recv, counts)
 }
 
-// mpiAllgatherv is Allgatherv through MPI_Allgatherv.
+// mpiAllgatherv is Allgatherv through MPI's blocking MPI_Allgatherv, whose counts and
+// displacements are C ints: a result of more than maxCount bytes (2^31-1; Horovod's limit is
+// 2^31 elements) goes instead as one broadcast of each rank's part from that rank, which every
+// rank, knowing the counts, makes alike.
 func (c *Comm) mpiAllgatherv(send, recv []byte, counts []int) error {
-	sp, cc, _, err := c.allgathervArgs(send, recv, counts)
-	if err != nil || cc == nil {
+	if _, err := c.checkAllgatherv(send, recv, counts); err != nil || len(recv) == 0 {
 		return err
 	}
+	if len(recv) > maxCount {
+		return c.allgatherByBroadcasts(send, recv, counts)
+	}
+	sp, cc := c.allgathervArgs(send, recv, counts)
 	return c.call("MPI_Allgatherv", func() C.int {
 		return C.hvd_mpi_allgatherv_blocking(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)])
 	})
+}
+
+// allgatherByBroadcasts is an allgather of any length as one broadcast per rank.
+func (c *Comm) allgatherByBroadcasts(send, recv []byte, counts []int) error {
+	off := 0
+	for p, n := range counts {
+		part := recv[off : off+n]
+		if p == c.topo.Rank {
+			copy(part, send)
+		}
+		if err := c.mpiBroadcast(part, p); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
 }
 
 // allgatherEqual is Allgatherv of parts as long as mine on every rank: every rank's, in rank
@@ -443,50 +471,60 @@ func (c *Comm) allgatherEqual(mine []byte) ([]byte, error) {
 // NegotiationAllgatherv is Allgatherv for horovod's negotiation rounds (backend.Negotiator):
 // MPI_Iallgatherv, tested until it completes. When every part is at most SleepingWaitMaxPart
 // bytes, a rank that arrives before its peers waits for them as the Comm was opened with
-// (backend.DriverConfig.Wait). Its roll call tells Reached who has entered it.
+// (backend.DriverConfig.Wait). Its roll call tells Reached who has entered it. The messages of
+// a round are small: more than maxCount bytes in all is an error.
 func (c *Comm) NegotiationAllgatherv(send, recv []byte, counts []int) error {
-	sp, cc, largest, err := c.allgathervArgs(send, recv, counts)
-	if err != nil || cc == nil {
+	largest, err := c.checkAllgatherv(send, recv, counts)
+	if err != nil || len(recv) == 0 {
 		return err
+	}
+	if len(recv) > maxCount {
+		return fmt.Errorf("mpi: a negotiation round of %d bytes in all, above 2^31-1", len(recv))
 	}
 	sleep := C.int(0)
 	if c.wait == backend.WaitSleep && largest <= SleepingWaitMaxPart {
 		sleep = 1
 	}
+	sp, cc := c.allgathervArgs(send, recv, counts)
 	return c.call("MPI_Iallgatherv", func() C.int {
 		return C.hvd_mpi_allgatherv(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)], sleep)
 	})
 }
 
-// allgathervArgs checks an allgather's buffers against its counts and returns the send pointer,
-// the counts and displacements in C memory layout and the largest part; nil counts when there is
-// nothing to gather.
-func (c *Comm) allgathervArgs(send, recv []byte, counts []int) (sp unsafe.Pointer, cc []C.int, largest int, err error) {
+// checkAllgatherv checks an allgather's buffers against its counts and returns the largest part.
+func (c *Comm) checkAllgatherv(send, recv []byte, counts []int) (largest int, err error) {
 	if len(counts) != c.topo.Size {
-		return nil, nil, 0, fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
+		return 0, fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
 	}
-	cc = make([]C.int, 2*len(counts)) // counts, then displacements
 	total := 0
 	for r, n := range counts {
-		if n < 0 || total+n > maxCount {
-			return nil, nil, 0, fmt.Errorf("mpi: allgatherv of %d bytes from rank %d (total above 2^31-1 bytes or negative)", n, r)
+		if n < 0 {
+			return 0, fmt.Errorf("mpi: allgatherv of %d bytes from rank %d", n, r)
 		}
-		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
 		total += n
 		largest = max(largest, n)
 	}
 	if counts[c.topo.Rank] != len(send) || total != len(recv) {
-		return nil, nil, 0, fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
+		return 0, fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
 	}
-	if total == 0 {
-		return nil, nil, 0, nil
+	return largest, nil
+}
+
+// allgathervArgs returns the send pointer and the counts and displacements in C memory layout
+// of an allgather that checkAllgatherv passed, of 1 to maxCount bytes in all.
+func (c *Comm) allgathervArgs(send, recv []byte, counts []int) (sp unsafe.Pointer, cc []C.int) {
+	cc = make([]C.int, 2*len(counts)) // counts, then displacements
+	total := 0
+	for r, n := range counts {
+		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
+		total += n
 	}
 	// MPI reads the send pointer even for a zero count in some implementations: give it valid memory.
 	sp = ptr(send)
 	if sp == nil {
 		sp = ptr(recv)
 	}
-	return sp, cc, largest, nil
+	return sp, cc
 }
 
 // Reached is the roll call of the NegotiationAllgatherv in progress: every rank that waits in one past the spin of the sleeping wait (50 us) tells

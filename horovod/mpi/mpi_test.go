@@ -273,6 +273,39 @@ func TestAllgathervWithEmptyRanks(t *testing.T) {
 	}
 }
 
+// An allgather of more bytes in all than one MPI call counts (2^31-1, lowered here to 1000)
+// goes as one broadcast of each rank's part, itself in calls of at most that many bytes: every
+// rank gathers every part, with no error and no abort. A negotiation round that long is an
+// error, on every rank alike, before any MPI call.
+func TestAllgathervPastMPICounts(t *testing.T) {
+	topo := need(t)
+	defer func(n int) { maxCount = n }(maxCount)
+	maxCount = 1000
+	counts := make([]int, topo.Size)
+	var want []byte
+	for r := range counts {
+		counts[r] = 700 * (r + 1) // past maxCount in all, and from the second rank on alone
+		for i := range counts[r] {
+			want = append(want, byte(r*31+i))
+		}
+	}
+	off := 0
+	for r := range topo.Rank {
+		off += counts[r]
+	}
+	send := slices.Clone(want[off : off+counts[topo.Rank]])
+	recv := make([]byte, len(want))
+	if err := comm.Allgatherv(send, recv, counts); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(recv, want) {
+		t.Fatalf("counts %v: gathered the wrong bytes", counts)
+	}
+	if err := comm.NegotiationAllgatherv(send, recv, counts); err == nil || !strings.Contains(err.Error(), "above 2^31-1") {
+		t.Errorf("a negotiation round past the counts: %v", err)
+	}
+}
+
 func TestBroadcastFromEveryRoot(t *testing.T) {
 	topo := need(t)
 	for root := 0; root < topo.Size; root++ {
