@@ -222,6 +222,57 @@ func TestNegotiationIsCached(t *testing.T) {
 	}
 }
 
+// A tensor one rank leaves out of its group (a gradient it does not have): every member fails
+// on every rank, where the group used to wait for a member that never came.
+func TestGroupsOfDifferentSizesFail(t *testing.T) {
+	hs, _ := job(t, 2)
+	errs := make([]error, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			x := mustTensor(t, nil, []float32{1})
+			ts := []NamedTensor{{"p", x}, {"q", x}}
+			if h.Rank() == 1 {
+				ts = ts[:1]
+			}
+			_, errs[h.Rank()] = h.GroupedAllreduce(ts, AllreduceOptions{})
+			return nil
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("groups of 2 and 1 members still waiting after 10 s")
+	}
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "ranks grouped different tensors in group.1: rank 0: [p q]; rank 1: [p]") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+}
+
+// A GroupedAllreduce that one rank refuses before submitting anything (a bad tensor) leaves
+// that rank's count of groups where the others' is: the next groups still match.
+func TestARefusedGroupLeavesTheGroupsInStep(t *testing.T) {
+	hs, _ := job(t, 2)
+	bad := Tensor{DType: Float32, Shape: []int{3}, Data: make([]byte, 4)}
+	if _, err := hs[1].GroupedAllreduce([]NamedTensor{{"w", bad}}, AllreduceOptions{}); err == nil {
+		t.Fatal("a tensor of 3 elements in 4 bytes was accepted")
+	}
+	for range 2 {
+		onEveryRank(t, hs, func(h *Horovod) error {
+			x := mustTensor(t, []int{1}, []float32{2})
+			out, err := h.GroupedAllreduce([]NamedTensor{{"u", x}, {"v", x}}, AllreduceOptions{Op: Sum})
+			if err == nil && mustValues[float32](out[1])[0] != 4 {
+				err = fmt.Errorf("v summed to %v, want 4", mustValues[float32](out[1]))
+			}
+			return err
+		})
+	}
+}
+
 func TestGroupsMustMatch(t *testing.T) {
 	hs, _ := job(t, 2)
 	errs := make([]error, 2)

@@ -141,7 +141,7 @@ func TestFusedAllreduceOutputsOverlappingInputs(t *testing.T) {
 					}
 					for i, at := range l.inputs {
 						in := mustTensor(t, []int{n}, mem[at:at+n])
-						req, err := h.allreduceRequest(fmt.Sprintf("layout%d/%d", li, i), "", 0, in, AllreduceOptions{Prescale: l.prescale})
+						req, err := h.allreduceRequest(fmt.Sprintf("layout%d/%d", li, i), 0, in, AllreduceOptions{Prescale: l.prescale})
 						if err != nil {
 							return err
 						}

@@ -7,33 +7,37 @@ import (
 
 // groupTable answers, for one negotiation round, whether the grouped allreduces in the message
 // table are complete (Horovod's GroupTable): a group moves as a whole once every rank that has
-// not joined has announced as many members as the group has, and fails as a whole when the
-// ranks put different tensors in it.
+// not joined has announced as many members as it put in the group, and fails as a whole when
+// the ranks put different tensors in it (or different numbers of them).
 type groupTable struct {
 	t      *messageTable
 	counts map[string][]int  // group -> members announced, by rank
+	sizes  map[string][]int  // group -> members the rank put in it, by rank (0: none announced)
 	errs   map[string]string // group -> checked: "" when consistent, else why not
 }
 
 func newGroupTable(t *messageTable) *groupTable {
-	g := &groupTable{t: t, counts: map[string][]int{}, errs: map[string]string{}}
+	g := &groupTable{t: t, counts: map[string][]int{}, sizes: map[string][]int{}, errs: map[string]string{}}
 	for _, name := range t.order {
 		for r, s := range t.entries[name].specs {
 			if s != nil && s.group != "" {
 				if g.counts[s.group] == nil {
-					g.counts[s.group] = make([]int, t.size)
+					g.counts[s.group], g.sizes[s.group] = make([]int, t.size), make([]int, t.size)
 				}
 				g.counts[s.group][r]++
+				g.sizes[s.group][r] = s.groupSize
 			}
 		}
 	}
 	return g
 }
 
-// complete reports whether every rank that has not joined has announced size members of group.
-func (g *groupTable) complete(group string, size int) bool {
+// complete reports whether every rank that has not joined has announced every member it put in
+// group.
+func (g *groupTable) complete(group string) bool {
+	sizes := g.sizes[group]
 	for r, n := range g.counts[group] {
-		if !g.t.joined(r) && n != size {
+		if !g.t.joined(r) && (n == 0 || n != sizes[r]) {
 			return false
 		}
 	}

@@ -113,7 +113,7 @@ func (c *controller) answer(now time.Time) []*response {
 	for _, name := range c.table.order {
 		e := c.table.entries[name]
 		ready := true
-		group, groupSize := "", 0
+		group := ""
 		groupsDiffer := false // some rank grouped it, another did not: agree reports it
 		var first *spec
 		for r, s := range e.specs {
@@ -126,13 +126,13 @@ func (c *controller) answer(now time.Time) []*response {
 			}
 			groupsDiffer = groupsDiffer || s.group != first.group
 			if s.group != "" {
-				group, groupSize = s.group, s.groupSize
+				group = s.group
 			}
 		}
 		if group != "" && !(ready && groupsDiffer) {
 			// A group moves as a whole: once every rank has submitted its members, either all of
 			// them are complete, or the ranks grouped different tensors and every member fails.
-			if !groups.complete(group, groupSize) {
+			if !groups.complete(group) {
 				ready = false
 			} else {
 				ready = ready || groups.mismatch(group) != ""

@@ -41,7 +41,7 @@ func (h *Handle) Wait() (Tensor, error) {
 	return h.req.result, h.req.err
 }
 
-func (h *Horovod) allreduceRequest(name, group string, groupSize int, t Tensor, o AllreduceOptions) (*request, error) {
+func (h *Horovod) allreduceRequest(name string, groupSize int, t Tensor, o AllreduceOptions) (*request, error) {
 	if err := checkOperand("allreduce", name, t); err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func (h *Horovod) allreduceRequest(name, group string, groupSize int, t Tensor, 
 		return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
 	}
 	if o.Output != nil {
-		if group != "" {
+		if groupSize > 0 {
 			return nil, &Error{Op: "allreduce", Tensor: name, Reason: "Output is for a single tensor's allreduce, not a group's"}
 		}
 		if len(o.Output) != len(t.Data) {
@@ -62,7 +62,7 @@ func (h *Horovod) allreduceRequest(name, group string, groupSize int, t Tensor, 
 	pre, post := o.factors()
 	return &request{
 		spec: spec{name: name, kind: kindAllreduce, dtype: t.DType, shape: slices.Clone(t.Shape), op: o.Op,
-			prescale: pre, postscale: post, group: group, groupSize: groupSize},
+			prescale: pre, postscale: post, groupSize: groupSize},
 		input:  t.Data,
 		output: o.Output,
 	}, nil
@@ -82,7 +82,7 @@ func checkOperand(op, name string, t Tensor) error {
 // completes) and returns at once. Every rank must submit an allreduce of the same name, dtype and
 // shape with the same options.
 func (h *Horovod) AllreduceAsync(name string, t Tensor, o AllreduceOptions) (*Handle, error) {
-	req, err := h.allreduceRequest(name, "", 0, t, o)
+	req, err := h.allreduceRequest(name, 0, t, o)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func (h *Horovod) AllreduceAsync(name string, t Tensor, o AllreduceOptions) (*Ha
 
 // Allreduce reduces t across ranks and returns the result in a new tensor, or in o.Output.
 func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, error) {
-	req, err := h.allreduceRequest(name, "", 0, t, o)
+	req, err := h.allreduceRequest(name, 0, t, o)
 	if err != nil {
 		return Tensor{}, err
 	}
@@ -103,16 +103,24 @@ func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, 
 
 // GroupedAllreduce reduces the tensors as one unit: they are negotiated together and execute in
 // the same round (fused where they fit the threshold), never split across steps. Every rank must
-// group the same names.
+// group the same names, and the ranks' calls are matched by their order, as Horovod's groups
+// are: the n-th GroupedAllreduce of every rank (counting the calls that submitted a group) forms
+// one group, so goroutines that group concurrently must call in the same order on every rank.
+// Ranks that grouped different tensors get an error naming each rank's members.
 func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tensor, error) {
-	group := fmt.Sprintf("group.%d", h.groups.Add(1))
 	reqs := make([]*request, len(ts))
 	for i, t := range ts {
-		req, err := h.allreduceRequest(t.Name, group, len(ts), t.Tensor, o)
+		req, err := h.allreduceRequest(t.Name, len(ts), t.Tensor, o)
 		if err != nil {
 			return nil, err
 		}
 		reqs[i] = req
+	}
+	// Numbered once the group is sure to be submitted: a call refused here, on this rank alone,
+	// must not move this rank's count of groups away from the others'.
+	group := fmt.Sprintf("group.%d", h.groups.Add(1))
+	for _, r := range reqs {
+		r.group = group
 	}
 	if err := h.ctl.await(reqs...); err != nil {
 		return nil, err

@@ -266,7 +266,7 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 			// full precision.
 			op = AllreduceOptions{Op: Sum, Prescale: pre}
 		}
-		req, err := r.h.allreduceRequest(r.opts.Prefix+g.Name, "", 0, wires[i], op)
+		req, err := r.h.allreduceRequest(r.opts.Prefix+g.Name, 0, wires[i], op)
 		if err != nil {
 			return nil, err
 		}
