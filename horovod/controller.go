@@ -346,9 +346,15 @@ func completed(reqs []*request) bool {
 // announcement then makes every round busy) and the stall check's view of who has submitted.
 const maxIdleWait = time.Second
 
-// idleWait is the wait after an idle round that waited wait: twice as long, up to maxIdleWait.
+// minIdleWait is where idle rounds start to back off from under a cycle time shorter than it:
+// doubling from 0 (HOROVOD_CYCLE_TIME=0) would never leave 0, and the idle ranks would run
+// collectives back to back, hundreds of thousands a second.
+const minIdleWait = time.Millisecond
+
+// idleWait is the wait after an idle round that waited wait: twice as long (at least
+// minIdleWait), up to maxIdleWait.
 func (c *controller) idleWait(wait time.Duration) time.Duration {
-	return min(2*wait, max(maxIdleWait, c.h.cfg.CycleTime))
+	return min(max(2*wait, minIdleWait), max(maxIdleWait, c.h.cfg.CycleTime))
 }
 
 // fail ends the loop after a backend or protocol failure, and the job with it: the other ranks

@@ -273,6 +273,21 @@ func TestARefusedGroupLeavesTheGroupsInStep(t *testing.T) {
 	}
 }
 
+// A shape whose byte count wraps around an int (here to 0, which empty data would match) is
+// refused, naming the tensor.
+func TestShapePastAnIntIsRefused(t *testing.T) {
+	hs, _ := job(t, 1)
+	huge := Tensor{DType: Float32, Shape: []int{1 << 62, 4}}
+	_, err := hs[0].Allgather("huge", huge)
+	if err == nil || !strings.Contains(err.Error(), `"huge"`) || !strings.Contains(err.Error(), "more bytes than an int counts") {
+		t.Errorf("shape %v with no data: %v", huge.Shape, err)
+	}
+	empty := Tensor{DType: Float32, Shape: []int{1 << 62, 4, 0}}
+	if _, err := hs[0].Allgather("empty", empty); err != nil {
+		t.Errorf("shape %v (no elements): %v", empty.Shape, err)
+	}
+}
+
 func TestGroupsMustMatch(t *testing.T) {
 	hs, _ := job(t, 2)
 	errs := make([]error, 2)
@@ -814,20 +829,25 @@ func TestBackendFailureAbortsTheJob(t *testing.T) {
 // (each costs every rank a collective: rounds every 16 ms made a computing rank's train step 2-3%
 // slower) but do not stop: another rank's Shutdown and the stall check reach an idle rank in them.
 func TestIdleRoundsBackOffButGoOn(t *testing.T) {
-	hs, _ := job(t, 2)
-	onEveryRank(t, hs, func(h *Horovod) error {
-		_, err := h.Allreduce("before the idle time", mustTensor(t, nil, []float32{1}), AllreduceOptions{Op: Sum})
-		return err
-	})
-	before := hs[0].LoopStats().Rounds
-	const idleFor = 2500 * time.Millisecond
-	time.Sleep(idleFor)
-	rounds := hs[0].LoopStats().Rounds - before
-	// Doubling from the 1 ms cycle time up to 1 s: 10 rounds in the first 1.02 s, then one a
-	// second, and a few more for a round that a timer on the other rank started (a slow machine
-	// runs fewer). Backing off to 16 ms, as before, ran about 150.
-	const most = 10 + 2 + 3
-	if rounds > most || rounds == 0 {
-		t.Errorf("%d idle rounds in %v: want 1 to %d", rounds, idleFor, most)
+	// HOROVOD_CYCLE_TIME=0 (no wait between busy rounds) backs off from 1 ms as well.
+	for _, cycle := range []time.Duration{time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("cycle time %v", cycle), func(t *testing.T) {
+			hs, _ := job(t, 2, WithCycleTime(cycle))
+			onEveryRank(t, hs, func(h *Horovod) error {
+				_, err := h.Allreduce("before the idle time", mustTensor(t, nil, []float32{1}), AllreduceOptions{Op: Sum})
+				return err
+			})
+			before := hs[0].LoopStats().Rounds
+			const idleFor = 2500 * time.Millisecond
+			time.Sleep(idleFor)
+			rounds := hs[0].LoopStats().Rounds - before
+			// Doubling from the 1 ms cycle time up to 1 s: 10 rounds in the first 1.02 s, then one a
+			// second, and a few more for a round that a timer on the other rank started (a slow machine
+			// runs fewer). Backing off to 16 ms, as before, ran about 150.
+			const most = 10 + 2 + 3
+			if rounds > most || rounds == 0 {
+				t.Errorf("%d idle rounds in %v: want 1 to %d", rounds, idleFor, most)
+			}
+		})
 	}
 }
