@@ -2,6 +2,8 @@ package horovod
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -53,9 +55,16 @@ func (t Tensor) check() error {
 	if !t.DType.Valid() {
 		return fmt.Errorf("invalid dtype %v", t.DType)
 	}
-	for _, d := range t.Shape {
-		if d < 0 {
-			return fmt.Errorf("negative dimension in shape %v", t.Shape)
+	if slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }) {
+		return fmt.Errorf("negative dimension in shape %v", t.Shape)
+	}
+	if !slices.Contains(t.Shape, 0) {
+		// The product would wrap around (to 0, say, and pass for empty data).
+		for bytes, i := t.DType.Size(), 0; i < len(t.Shape); i++ {
+			if bytes > math.MaxInt/t.Shape[i] {
+				return fmt.Errorf("shape %v of %v is more bytes than an int counts", t.Shape, t.DType)
+			}
+			bytes *= t.Shape[i]
 		}
 	}
 	if want := t.NumElements() * t.DType.Size(); len(t.Data) != want {
