@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -40,10 +41,20 @@ func writeEvalResults(path string, r evalResult) error {
 }
 
 // pyFloat32 formats v as Python's str() of a numpy float32: the shortest digits that read back
-// as the same float32, with ".0" on integral values.
+// as the same float32, positional with ".0" on integral values from 1e-4 up to 1e16 (and for
+// 0), scientific outside, and nan, inf, -inf (a diverged run's loss).
 func pyFloat32(v float64) string {
-	s := strconv.FormatFloat(float64(float32(v)), 'g', -1, 32)
-	if !strings.ContainsAny(s, ".eIN") {
+	f := float64(float32(v))
+	switch {
+	case math.IsNaN(f):
+		return "nan"
+	case math.IsInf(f, 0):
+		return strings.ToLower(strings.TrimPrefix(strconv.FormatFloat(f, 'g', -1, 32), "+")) // inf, -inf
+	case f != 0 && (math.Abs(f) < 1e-4 || math.Abs(f) >= 1e16):
+		return strconv.FormatFloat(f, 'e', -1, 32)
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 32)
+	if !strings.Contains(s, ".") {
 		s += ".0"
 	}
 	return s

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,10 @@ import (
 
 // Our float formatting must be Python's str(numpy.float32(x)) for the values these files hold.
 func TestPyFloat32MatchesNumpy(t *testing.T) {
-	values := []float32{0, 1, 0.5, 0.1, 1e-5, 1.2345678e-7, 0.99999994, 0.8125, 0.33333334, 3, 0.00012345}
+	inf := float32(math.Inf(1))
+	values := []float32{0, 1, 0.5, 0.1, 1e-5, 1.2345678e-7, 0.99999994, 0.8125, 0.33333334, 3, 0.00012345,
+		1e-4, 1.0001e-4, -2.5, 1e6, 16777216, 123456.7, 32768, 1e15, 9.999999e15, 1e16, 3.4028235e38,
+		float32(math.NaN()), inf, -inf}
 	var args []string
 	var got []string
 	for _, v := range values {
