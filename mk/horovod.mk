@@ -38,6 +38,7 @@ DEBS += iproute2
 # A broken rank must fail the run, not hang it: stalls abort after a minute, and each mpirun is
 # bounded as a last resort.
 HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
+HVD_FUSED_RUN := -test.count=1 -test.run '^TestFusedAndGroupedAllreduce$$'
 
 .PHONY: test-mpi test-multinode bench-horovod bench-network network-faults
 TEST_TARGETS  += test-mpi test-multinode
@@ -53,6 +54,11 @@ test-mpi: debs
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
 	# Small fusion buffers and a nearly full negotiation cache: batches split, signatures renegotiated.
 	HOROVOD_FUSION_THRESHOLD=4096 HOROVOD_CACHE_CAPACITY=3 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
+	# Rank 1 alone without fusion or cache (an environment set per machine): it takes rank 0's
+	# settings, or its collectives would not match the others' (MPI_ERR_TRUNCATE, wrong sums).
+	$(HVD_MPIRUN) -np 1 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN) : \
+	  -np 1 -x HOROVOD_FUSION_THRESHOLD=0 -x HOROVOD_CACHE_CAPACITY=0 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN) : \
+	  -np 1 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN)
 	# Init failing on rank 0 only (it alone creates the timeline, here in a missing directory) must
 	# fail Init on both ranks, naming rank 0. No stall shutdown: a hang is caught by the timeout.
 	rm -rf $(HVD_BUILD)/missing
