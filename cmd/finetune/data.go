@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -95,8 +96,13 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 			}
 		}
 	}
-	// The key goes last: a run killed while converting leaves no key, so no stale reuse.
+	// The key goes last: a run killed while converting leaves no key, so no stale reuse. A run
+	// killed harder (kill -9, the OOM killer) also leaves its temporary files, as large as the
+	// records: this rank is the one writer of its directory while the job holds --output_dir.
 	os.Remove(keyPath)
+	if err := errors.Join(atomicfile.RemoveStale(path), atomicfile.RemoveStale(keyPath)); err != nil {
+		return "", cache, false, err
+	}
 
 	opts := c.task().train.read
 	opts.Rank, opts.Size, opts.Labels, opts.SkipBad, opts.MaxLines = rank, size, conv.Labels(), c.SkipBadLines, c.MaxTrainExamples

@@ -94,6 +94,16 @@ func TestTrainFeaturesShardLimitAndReuse(t *testing.T) {
 		t.Errorf("the interrupted conversion left %v", tmp)
 	}
 	check(false, 6) // all 12 lines now: rank 1 keeps 6
+
+	// A conversion killed harder (kill -9) left its temporary files: the next one removes them.
+	for _, name := range []string{".train.tf_record.tmp1a2b", ".train.tf_record.key.json.tmp3c"} {
+		os.WriteFile(filepath.Join(in.rankDir, name), []byte("half"), 0o644)
+	}
+	os.Remove(path + ".key.json")
+	check(false, 6)
+	if tmp, _ := filepath.Glob(filepath.Join(in.rankDir, ".*tmp*")); tmp != nil {
+		t.Errorf("the conversion after a killed one left %v", tmp)
+	}
 }
 
 // --skip_bad_lines skips and counts a bad dev line, but a bad test line stays an error naming

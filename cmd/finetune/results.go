@@ -37,6 +37,9 @@ func writeEvalResults(path string, r evalResult) error {
 	if r.Precision != "" {
 		lines = append(lines, "precision = "+r.Precision)
 	}
+	if err := atomicfile.RemoveStale(path); err != nil { // rank 0 holds --output_dir
+		return err
+	}
 	return atomicfile.Write(path, []byte(strings.Join(lines, "\n")+"\n"))
 }
 
@@ -69,6 +72,9 @@ type testResultsWriter struct {
 }
 
 func createTestResults(path string) (*testResultsWriter, error) {
+	if err := atomicfile.RemoveStale(path); err != nil { // rank 0 holds --output_dir
+		return nil, err
+	}
 	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err

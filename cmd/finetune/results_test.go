@@ -37,6 +37,10 @@ print("\n".join(str(np.float32(a)) for a in sys.argv[1:]))
 func TestEvalAndTestResultFiles(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "eval_results.txt")
+	// What a run killed while writing (kill -9) left: gone once the files are written again.
+	for _, name := range []string{".eval_results.txt.tmp5x", ".test_results.tsv.tmp9y"} {
+		os.WriteFile(filepath.Join(dir, name), []byte("half"), 0o644)
+	}
 	if err := writeEvalResults(p, evalResult{Accuracy: 0.875, Loss: 0.3, BatchLoss: 0.31, GlobalStep: 120}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,5 +74,8 @@ func TestEvalAndTestResultFiles(t *testing.T) {
 	b, _ = os.ReadFile(tp)
 	if string(b) != "0.25\t0.75\n1.0\t0.0\n" {
 		t.Fatalf("test_results.tsv %q", b)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); tmp != nil {
+		t.Errorf("left behind: %v", tmp)
 	}
 }

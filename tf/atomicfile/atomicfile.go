@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // File is a file being written; its content becomes visible at Commit.
@@ -26,7 +27,7 @@ type File struct {
 // umask (os.CreateTemp's 0600 would hide results and checkpoints from the other users of a
 // shared output directory), under a temporary name .<base>.tmp<random> beside path.
 func Create(path string) (*File, error) {
-	prefix := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	prefix := tempPrefix(path)
 	for tries := 0; ; tries++ {
 		f, err := os.OpenFile(prefix+strconv.FormatUint(rand.Uint64(), 36), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
 		if errors.Is(err, fs.ErrExist) && tries < 100 {
@@ -37,6 +38,41 @@ func Create(path string) (*File, error) {
 		}
 		return &File{Writer: bufio.NewWriter(f), path: path, f: f}, nil
 	}
+}
+
+// tempPrefix is the path every temporary file of path starts with.
+func tempPrefix(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+}
+
+// RemoveStale removes the temporary files of path that a writer killed before its Commit or
+// Abort left behind (a kill -9, the OOM killer): nothing else ever does, and a temporary file
+// can be as large as the file. Call it only where no other writer of path can be at work (the
+// caller holds the directory), since it cannot tell a live writer's file from a dead one's.
+func RemoveStale(path string) error {
+	stale, err := filepath.Glob(globEscape(tempPrefix(path)) + "*")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// globEscape quotes the characters filepath.Match treats as a pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Commit flushes, syncs and renames the file into place.

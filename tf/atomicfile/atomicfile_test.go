@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -65,5 +67,45 @@ func TestModeIsThatOfOSCreate(t *testing.T) {
 		if info.Mode().Perm() != want || refInfo.Mode().Perm() != want {
 			t.Errorf("umask %04o: mode %v, os.Create's %v, want %v", umask, info.Mode().Perm(), refInfo.Mode().Perm(), want)
 		}
+	}
+}
+
+// RemoveStale removes what writers of the path killed before Commit or Abort left, and nothing
+// else: not the file, not another file's temporaries, even where the name holds pattern
+// characters.
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"f.txt", "[f].txt"} {
+		p := filepath.Join(dir, name)
+		if err := Write(p, []byte("kept")); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			f, err := Create(p) // a writer killed here leaves its temporary file
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString("half")
+			f.Flush()
+		}
+	}
+	other := filepath.Join(dir, ".g.txt.tmp1")
+	os.WriteFile(other, nil, 0o644)
+	if err := RemoveStale(filepath.Join(dir, "f.txt")); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if len(left) != 5 || !slices.Contains(left, "f.txt") || !slices.Contains(left, ".g.txt.tmp1") || slices.ContainsFunc(left, func(n string) bool { return strings.HasPrefix(n, ".f.txt.tmp") }) {
+		t.Fatalf("after RemoveStale of f.txt: %q; want f.txt, [f].txt with its 2 temporaries and .g.txt.tmp1", left)
+	}
+	if err := RemoveStale(filepath.Join(dir, "[f].txt")); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		t.Fatalf("after RemoveStale of [f].txt: %d entries, want 3", len(entries))
 	}
 }
