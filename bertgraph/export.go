@@ -32,7 +32,9 @@ import (
 //
 // dir must lie outside the model being exported from: it is removed before the new export is
 // renamed into place, so dir equal to, above or inside the training model (or its serving
-// source) is refused rather than deleting the model.
+// source) is refused rather than deleting the model. The staging directories that exports into
+// dir killed before the end left beside it are removed too: two exports into one dir at once
+// are not supported.
 func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	src := filepath.Join(m.dir, m.contract.ServingDir)
 	sc, err := ReadContract(src)
@@ -52,7 +54,13 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".export-")
+	// An export killed before it removed its staging directory (kill -9) left it, as large as
+	// the model: dir's exports are this one's to replace, so their leftovers are too.
+	staged := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".export-")
+	if err := removeStaleExports(staged); err != nil {
+		return fmt.Errorf("bertgraph: export serving: %w", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(staged))
 	if err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
@@ -92,6 +100,21 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	return nil
+}
+
+// removeStaleExports removes the staging directories whose path starts with prefix.
+func removeStaleExports(prefix string) error {
+	entries, err := os.ReadDir(filepath.Dir(prefix))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if p := filepath.Join(filepath.Dir(prefix), e.Name()); e.IsDir() && strings.HasPrefix(p, prefix) {
+			errs = append(errs, os.RemoveAll(p))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // saveObjectBased writes every variable to the checkpoint prefix through the SavedModel's

@@ -209,8 +209,16 @@ func TestExportServingCarriesHeadTailTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	export := filepath.Join(t.TempDir(), "serving")
+	// An export killed before it removed its staging directory: the next one removes it.
+	stale := filepath.Join(filepath.Dir(export), ".serving.export-12345")
+	if err := os.MkdirAll(filepath.Join(stale, "model", "variables"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.ExportServing(export, ExportOptions{KeepTailTokens: tail}); err != nil {
 		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(export), ".*")); left != nil {
+		t.Errorf("left beside the export: %v", left)
 	}
 	if c, err := ReadContract(export); err != nil || c.KeepTailTokens != tail {
 		t.Fatalf("exported contract: keep_tail_tokens %v, %v; want %d", c, err, tail)
