@@ -23,24 +23,27 @@ type Comm struct {
 	stream *Stream
 }
 
-// NewComm joins communicator id as rank of size on device dev (ncclCommInitRank). It blocks
-// until all size ranks have joined.
-func (l *Library) NewComm(dev, size, rank int, id UniqueID) (*Comm, error) {
+// NewComm joins communicator id as rank of size on stream's device (ncclCommInitRank), with
+// stream for its staging copies. It blocks until all size ranks have joined, without a
+// timeout. On success the Comm owns stream (Close closes it); on failure the caller does.
+// The stream comes first because creating it is what sets the device's CUDA context up, the
+// step most likely to fail on one rank alone (a GPU out of memory, or held by another process
+// in exclusive mode): a caller creates it before its ranks agree to join.
+func (l *Library) NewComm(stream *Stream, size, rank int, id UniqueID) (*Comm, error) {
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("nccl: NewComm: rank %d of size %d, want 0 <= rank < size", rank, size)
 	}
-	stream, err := l.rt.NewStream(dev)
-	if err != nil {
+	if err := stream.checkOpen("NewComm"); err != nil {
 		return nil, err
 	}
+	dev := stream.Device()
 	c := &Comm{lib: l, dev: dev, size: size, rank: rank, stream: stream}
 	cid := (*C.gorovod_unique_id)(unsafe.Pointer(&id))
-	err = l.rt.onDevice(dev, func() error {
+	err := l.rt.onDevice(dev, func() error {
 		return l.check(C.gr_call_init_rank(l.commInitRank, &c.comm, C.int(size), cid, C.int(rank)), nil,
 			"ncclCommInitRank(rank %d of %d) on device %d", rank, size, dev)
 	})
 	if err != nil {
-		stream.Close()
 		return nil, err
 	}
 	runtime.SetFinalizer(c, (*Comm).Close)

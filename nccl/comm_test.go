@@ -87,32 +87,46 @@ func newFakeComm(t *testing.T, lib *Library) *Comm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := lib.NewComm(0, 2, 1, id)
+	c, err := lib.NewComm(newStream(t, lib, 0), 2, 1, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
+// newStream is a stream on device dev that the test closes at its end (a second Close, after
+// a Comm's, does nothing).
+func newStream(t *testing.T, lib *Library, dev int) *Stream {
+	t.Helper()
+	s, err := lib.Runtime().NewStream(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestNewCommErrors(t *testing.T) {
 	lib := fakeNCCL(t, "1")
 	id, _ := lib.GetUniqueID()
+	s := newStream(t, lib, 0)
 	for _, rs := range [][2]int{{0, 0}, {-1, 2}, {2, 2}} {
-		if _, err := lib.NewComm(0, rs[1], rs[0], id); err == nil || !strings.Contains(err.Error(), "want 0 <= rank < size") {
+		if _, err := lib.NewComm(s, rs[1], rs[0], id); err == nil || !strings.Contains(err.Error(), "want 0 <= rank < size") {
 			t.Errorf("rank %d size %d: %v", rs[0], rs[1], err)
 		}
 	}
-	var de *DeviceIndexError
-	if _, err := lib.NewComm(3, 1, 0, id); !errors.As(err, &de) {
-		t.Errorf("device 3 of 1: %v", err)
+	closed := newStream(t, lib, 0)
+	closed.Close()
+	if _, err := lib.NewComm(closed, 1, 0, id); err == nil || !strings.Contains(err.Error(), "closed stream") {
+		t.Errorf("a closed stream: %v", err)
 	}
 	// The fake accepts only the id it made: the 128-byte struct must cross the call by value.
 	var ne *NCCLError
-	if _, err := lib.NewComm(0, 1, 0, UniqueID{}); !errors.As(err, &ne) || ne.Code != InvalidArgument {
+	if _, err := lib.NewComm(s, 1, 0, UniqueID{}); !errors.As(err, &ne) || ne.Code != InvalidArgument {
 		t.Errorf("foreign id: %v", err)
 	}
 	t.Setenv("FAKE_FAIL", "ncclCommInitRank:2")
-	_, err := lib.NewComm(0, 4, 3, id)
+	_, err := lib.NewComm(s, 4, 3, id)
 	if !errors.As(err, &ne) || ne.Code != SystemError || ne.Op != "ncclCommInitRank(rank 3 of 4) on device 0" ||
 		ne.Message != "fake: other error" || ne.Detail != "fake detail" {
 		t.Fatalf("init failure: %#v", err)

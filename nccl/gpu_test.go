@@ -109,7 +109,9 @@ func TestGPUPinnedStagingRoundTrip(t *testing.T) {
 func oneRankComm(t *testing.T, lib *Library) *Comm {
 	id, err := lib.GetUniqueID()
 	mustDo(t, err)
-	c, err := lib.NewComm(0, 1, 0, id)
+	s, err := lib.Runtime().NewStream(0)
+	mustDo(t, err)
+	c, err := lib.NewComm(s, 1, 0, id)
 	mustDo(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -187,8 +189,13 @@ func TestGPUAllreduceTwoDevices(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			errs[rank] = func() error {
-				c, err := lib.NewComm(rank, 2, rank, id)
+				stream, err := lib.Runtime().NewStream(rank)
 				if err != nil {
+					return err
+				}
+				c, err := lib.NewComm(stream, 2, rank, id)
+				if err != nil {
+					stream.Close()
 					return err
 				}
 				defer c.Close()

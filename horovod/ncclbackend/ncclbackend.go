@@ -54,7 +54,8 @@ type Backend struct {
 	control backend.Backend
 	topo    backend.Topology
 	lib     *nccl.Library
-	device  int // the CUDA device, chosen by local rank
+	device  int          // the CUDA device, chosen by local rank
+	stream  *nccl.Stream // the communicator's, made before it
 	comm    *nccl.Comm
 	// pinned stages host data; dev and gather hold it on the device (gather: allgather's
 	// receive side). All grow on demand and are reused.
@@ -80,21 +81,31 @@ func Open(control backend.Backend, cfg Config) (*Backend, error) {
 	b.copyWorkers = parallel.Workers(b.topo.LocalSize)
 	id, localErr := b.prepare(cfg)
 	if err := agree(control, b.topo, localErr); err != nil {
+		b.closeStream()
 		return nil, err
 	}
 	if err := control.Broadcast(id[:], 0); err != nil {
+		b.closeStream()
 		return nil, fmt.Errorf("ncclbackend: sending the ncclUniqueId from rank 0: %w", err)
 	}
-	comm, err := b.lib.NewComm(b.device, b.topo.Size, b.topo.Rank, id)
+	comm, err := b.lib.NewComm(b.stream, b.topo.Size, b.topo.Rank, id)
 	if err != nil {
-		return nil, fmt.Errorf("ncclbackend: rank %d: %w", b.topo.Rank, err)
+		b.closeStream()
+		err = fmt.Errorf("ncclbackend: rank %d: %w", b.topo.Rank, err)
+		// The other ranks wait in ncclCommInitRank, which has no timeout, for this one: only
+		// ending the job frees them (and says why, where a hang would say nothing).
+		cfg.Logf("%v: aborting the job, since the other ranks wait for this one in ncclCommInitRank", err)
+		control.Abort(1)
+		return nil, err
 	}
 	b.comm = comm
 	return b, nil
 }
 
 // prepare does this rank's local part of Open: load the libraries, pick and describe the
-// GPU and, on rank 0, make the communicator's id.
+// GPU, create the communicator's stream (which sets the GPU's CUDA context up: a GPU out of
+// memory or held by another process fails here, before the ranks agree) and, on rank 0, make
+// the communicator's id.
 func (b *Backend) prepare(cfg Config) (nccl.UniqueID, error) {
 	rt, err := nccl.LoadRuntime(cfg.Libraries)
 	if err != nil {
@@ -114,10 +125,20 @@ func (b *Backend) prepare(cfg Config) (nccl.UniqueID, error) {
 	} else {
 		cfg.Logf("ncclbackend: rank %d (local rank %d): %v; NCCL %s", b.topo.Rank, b.topo.LocalRank, info, b.lib.VersionString())
 	}
+	if b.stream, err = rt.NewStream(place.Device); err != nil {
+		return nccl.UniqueID{}, err
+	}
 	if b.topo.Rank != 0 {
 		return nccl.UniqueID{}, nil
 	}
 	return b.lib.GetUniqueID()
+}
+
+// closeStream closes the stream prepare made, where Open fails before a Comm owns it.
+func (b *Backend) closeStream() {
+	if b.stream != nil {
+		b.stream.Close()
+	}
 }
 
 // AutoOpener opens NCCL when every rank of the job can (CUDA runtime, a GPU for its local rank,

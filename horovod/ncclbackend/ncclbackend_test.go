@@ -122,6 +122,36 @@ func TestOpenNoDeviceIsTyped(t *testing.T) {
 	}
 }
 
+// abortRecorder is a job of one rank whose Abort is recorded instead of exiting.
+type abortRecorder struct {
+	local.Backend
+	aborted *int
+}
+
+func (a abortRecorder) Abort(code int) { *a.aborted = code }
+
+// The device's CUDA context is set up (the stream made) before the ranks agree, so a GPU that
+// fails there (out of memory, or held by another process in exclusive mode) fails every rank
+// alike; a failure in ncclCommInitRank itself, which the other ranks wait on without a timeout,
+// ends the job, saying why, rather than leave it hanging.
+func TestSetupFailuresNeverLeaveTheOtherRanksWaiting(t *testing.T) {
+	setupFakeLibraries(t)
+	aborted := -1
+	control := abortRecorder{aborted: &aborted}
+	t.Setenv("FAKE_FAIL", "cudaStreamCreateWithFlags:2")
+	_, err := Open(control, Config{Logf: t.Logf})
+	if err == nil || !strings.Contains(err.Error(), "cudaStreamCreateWithFlags") || !strings.Contains(err.Error(), "ranks failing setup: [0]") || aborted != -1 {
+		t.Errorf("stream failure: %v (abort %d); want the agreed setup error, no abort", err, aborted)
+	}
+	t.Setenv("FAKE_FAIL", "ncclCommInitRank:2")
+	var logs []string
+	_, err = Open(control, Config{Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }})
+	if err == nil || !strings.Contains(err.Error(), "ncclCommInitRank") || aborted != 1 ||
+		!strings.Contains(strings.Join(logs, "\n"), "aborting the job, since the other ranks wait for this one in ncclCommInitRank") {
+		t.Errorf("init failure: %v (abort %d, logs %q); want an abort with code 1, logged", err, aborted, logs)
+	}
+}
+
 func TestAutoOpenerChoosesNCCLOnlyWhereItCanOpen(t *testing.T) {
 	t.Setenv("GOROVOD_CUDART_LIBRARY", "/nonexistent/libcudart.so.12")
 	ctl := local.Backend{}

@@ -86,7 +86,11 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream
 	return 0;
 }
 static int fake_stream;
-int cudaStreamCreateWithFlags(void **s, unsigned flags) { *s = &fake_stream; return flags == 1 ? 0 : 1; }
+int cudaStreamCreateWithFlags(void **s, unsigned flags) {
+	FAIL("cudaStreamCreateWithFlags");
+	*s = &fake_stream;
+	return flags == 1 ? 0 : 1;
+}
 int cudaStreamSynchronize(void *s) { return s == &fake_stream ? 0 : 1; }
 int cudaStreamQuery(void *s) {
 	FAIL("cudaStreamQuery");
