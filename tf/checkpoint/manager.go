@@ -257,7 +257,15 @@ var stepSuffix = regexp.MustCompile(`-(\d+)$`)
 // IsLatest says whether the latest checkpoint is that of global step step, so that Save would
 // write nothing.
 func (m *Manager) IsLatest(step int64) bool {
-	return m.latestPrefixRel == fmt.Sprintf("%s-%d", Basename, step)
+	return m.latestPrefixRel != "" && m.sameCheckpoint(m.latestPrefixRel, fmt.Sprintf("%s-%d", Basename, step))
+}
+
+// sameCheckpoint says whether two prefixes of the state file name one checkpoint: TensorFlow's
+// v1 Saver writes absolute paths where this manager writes them relative to its directory.
+func (m *Manager) sameCheckpoint(a, b string) bool {
+	pa, errA := filepath.Abs(m.resolve(a))
+	pb, errB := filepath.Abs(m.resolve(b))
+	return errA == nil && errB == nil && pa == pb
 }
 
 // StepOf returns the global step encoded in a checkpoint prefix (model.ckpt-1200 -> 1200).
@@ -289,13 +297,10 @@ func (m *Manager) Save(step int64, save SaveFunc) (string, error) {
 	if err := m.moveCheckpoint(tmpDir, rel); err != nil {
 		return "", err
 	}
-	// Remove an older entry of the same name (a restart that re-saves the same step).
-	for i, e := range m.kept {
-		if e.rel == rel {
-			m.kept = append(m.kept[:i], m.kept[i+1:]...)
-			break
-		}
-	}
+	// Remove older entries of the same checkpoint (a restart that re-saves the same step),
+	// however the state file spelled them: retention would otherwise delete the files of this
+	// save through one of them.
+	m.kept = slices.DeleteFunc(m.kept, func(e entry) bool { return m.sameCheckpoint(e.rel, rel) })
 	m.kept = append(m.kept, entry{rel: rel, time: walltime.Seconds(m.now())})
 	m.latestPrefixRel = rel
 	dropped := m.retain()
@@ -564,7 +569,7 @@ func readState(path string) (state, error) {
 		}
 		switch strings.TrimSpace(key) {
 		case "model_checkpoint_path", "all_model_checkpoint_paths":
-			s, err := strconv.Unquote(value)
+			s, err := unquoteText(value)
 			if err != nil {
 				return state{}, bad(err)
 			}
@@ -594,6 +599,34 @@ func readState(path string) (state, error) {
 		return state{}, fmt.Errorf("checkpoint: %s has no model_checkpoint_path", path)
 	}
 	return st, nil
+}
+
+// unquoteText reads a string of protobuf's text format: double- or single-quoted, with C's
+// escapes, which include \' (TensorFlow writes a path holding an apostrophe that way, which Go's
+// double-quoted syntax does not accept).
+func unquoteText(v string) (string, error) {
+	if len(v) < 2 || (v[0] != '"' && v[0] != '\'') || v[len(v)-1] != v[0] {
+		return "", fmt.Errorf("%s is not a quoted string", v)
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	body := v[1 : len(v)-1]
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
+		case c == '\\' && i+1 < len(body) && body[i+1] == '\'':
+			b.WriteByte('\'')
+			i++
+		case c == '\\' && i+1 < len(body):
+			b.WriteString(body[i : i+2])
+			i++
+		case c == '"': // inside single quotes
+			b.WriteString(`\"`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return strconv.Unquote(b.String())
 }
 
 func syncFile(path string) error {

@@ -372,6 +372,73 @@ print(json.dumps({
 	}
 }
 
+// TensorFlow's v1 Saver writes the state file with absolute paths, escaping an apostrophe as
+// \' (protobuf's text format). Such a directory reads; a save of its latest step writes
+// nothing, and retention deletes through the absolute entries without losing the files of a
+// checkpoint the state file still lists.
+func TestStateFileOfTensorFlowsV1Saver(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "o'b")
+	testenv.Python(t, `
+import sys, tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+v = tf.compat.v1.Variable([1.5, -2.0, 3.25], name="v")
+saver = tf.compat.v1.train.Saver(max_to_keep=2)
+with tf.compat.v1.Session() as s:
+    s.run(tf.compat.v1.global_variables_initializer())
+    for step in (1, 2):
+        saver.save(s, sys.argv[1] + "/model.ckpt", global_step=step)
+`, dir)
+	if b, _ := os.ReadFile(filepath.Join(dir, StateFile)); !strings.Contains(string(b), `o\'b/model.ckpt-2"`) {
+		t.Fatalf("TensorFlow's state file no longer escapes the apostrophe with absolute paths: the test proves nothing:\n%s", b)
+	}
+	m, err := Open(dir, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, step, ok, err := m.Latest()
+	if err != nil || !ok || step != 2 || prefix != filepath.Join(dir, "model.ckpt-2") {
+		t.Fatalf("Latest: %q %d %v %v", prefix, step, ok, err)
+	}
+	if !m.IsLatest(2) {
+		t.Error("IsLatest(2) false for the state file's absolute model.ckpt-2")
+	}
+	index := func(step int) string { return filepath.Join(dir, fmt.Sprintf("model.ckpt-%d.index", step)) }
+	before, _ := os.Stat(index(2))
+	if _, err := m.Save(2, func(string) error { return errors.New("a save of the latest step must not run") }); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(index(2)); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("Save(2) rewrote the latest checkpoint")
+	}
+	copyFrom := func(prefix string) SaveFunc {
+		return func(to string) error {
+			for _, ext := range []string{".index", ".data-00000-of-00001"} {
+				b, err := os.ReadFile(prefix + ext)
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(to+ext, b, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	for _, step := range []int64{3, 4} {
+		if _, err := m.Save(step, copyFrom(prefix)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept := m.Kept(); len(kept) != 2 || filepath.Base(kept[0]) != "model.ckpt-3" || filepath.Base(kept[1]) != "model.ckpt-4" {
+		t.Errorf("kept %v, want steps 3 and 4", kept)
+	}
+	for step, want := range map[int]bool{1: false, 2: false, 3: true, 4: true} {
+		if _, err := os.Stat(index(step)); (err == nil) != want {
+			t.Errorf("step %d's index: %v, want present %v", step, err, want)
+		}
+	}
+}
+
 func TestResolvePrefix(t *testing.T) {
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "bert_model.ckpt")
