@@ -5,12 +5,15 @@ package summary
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -44,19 +47,29 @@ type Writer struct {
 	ev   []byte // reused encoding buffer
 }
 
-// Create starts a new event file in dir, named events.out.tfevents.<unix time>.<host> as
-// TensorFlow names them, and writes its file_version event.
+// Create starts a new event file in dir, named events.out.tfevents.<unix time>.<host>.<pid>.<n>
+// as TensorFlow 2 names them (n counts this process's files), and writes its file_version
+// event. The file is new: two writers never share one, whatever their clocks say.
 func Create(dir string) (*Writer, error) {
 	return create(dir, time.Now)
 }
+
+// filesCreated numbers the event files of this process.
+var filesCreated atomic.Uint64
 
 func create(dir string, now func() time.Time) (*Writer, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "localhost"
 	}
-	path := filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s", now().Unix(), host))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	var path string
+	var f *os.File
+	for {
+		path = filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s.%d.%d", now().Unix(), host, os.Getpid(), filesCreated.Add(1)))
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); !errors.Is(err, fs.ErrExist) {
+			break // a name left by a process of the same pid before: the next number
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("summary: %w", err)
 	}

@@ -2,7 +2,9 @@ package summary
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,4 +93,43 @@ func TestCloseReportsTheFileError(t *testing.T) {
 	if err := ok.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Two writers started in the same second in one directory (two runs, or a restart) each get a
+// file of their own, where one shared name would interleave their records.
+func TestWritersOfOneSecondGetFilesOfTheirOwn(t *testing.T) {
+	dir := t.TempDir()
+	clock := func() time.Time { return time.Unix(1_700_000_000, 0) }
+	var paths []string
+	for range 2 {
+		w, err := create(dir, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Scalars(1, map[string]float64{"loss": 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, w.Path())
+	}
+	entries, _ := os.ReadDir(dir)
+	if paths[0] == paths[1] || len(entries) != 2 {
+		t.Fatalf("two writers wrote %q, %d files", paths, len(entries))
+	}
+	wantPrefix := fmt.Sprintf("events.out.tfevents.1700000000.%s.%d.", hostname(t), os.Getpid())
+	for _, p := range paths {
+		if !strings.HasPrefix(filepath.Base(p), wantPrefix) {
+			t.Errorf("file name %s, want %s<n>", filepath.Base(p), wantPrefix)
+		}
+	}
+}
+
+func hostname(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
