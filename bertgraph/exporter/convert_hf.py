@@ -48,10 +48,17 @@ _EMBEDDINGS = {
 _IGNORED = ("embeddings.position_ids",)
 
 
+# The LayerNorm names of the checkpoints Google ported to the Hub first (bert-base-uncased and
+# the other originals still store them), which transformers renames as it loads them.
+_OLD_LAYER_NORM = re.compile(r"(LayerNorm)\.(gamma|beta)$")
+
+
 def google_name(hf_name):
     """(Google name, transpose?) for an HF BertModel parameter name, or None if not an encoder
-    weight.  Accepts names with or without the ``bert.`` prefix of BertFor* models."""
+    weight.  Accepts names with or without the ``bert.`` prefix of BertFor* models, and the
+    LayerNorm ``gamma``/``beta`` of the first ported checkpoints as ``weight``/``bias``."""
     name = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
+    name = _OLD_LAYER_NORM.sub(lambda m: m[1] + {"gamma": ".weight", "beta": ".bias"}[m[2]], name)
     if name in _EMBEDDINGS:
         return _EMBEDDINGS[name], name == "pooler.dense.weight"
     m = _LAYER.match(name)

@@ -52,6 +52,21 @@ def test_checkpoint_has_google_names_and_layouts(converted):
     assert (converted / "vocab.txt").read_text() == (HF_DIR / "vocab.txt").read_text()
 
 
+def test_layer_norm_gamma_beta_names_convert_as_weight_bias():
+    """bert-base-uncased and the other first ported checkpoints name LayerNorm's parameters
+    gamma/beta: they convert to the same Google names as weight/bias."""
+    hf = load_file(str(HF_DIR / "model.safetensors"))
+    config = convert_hf.bert_config_from_hf(json.loads((HF_DIR / "config.json").read_text()))
+    old = {("bert." + k).replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+           for k, v in hf.items()}
+    assert sum("LayerNorm.gamma" in k for k in old) == 2 * config.num_hidden_layers + 1
+    want, _ = convert_hf.convert_weights(hf, config)
+    got, skipped = convert_hf.convert_weights(old, config)
+    assert sorted(got) == sorted(want) and not [k for k in skipped if "LayerNorm" in k]
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
 def test_encoder_matches_independent_numpy_forward_pass(converted):
     ids, mask, segments = _encode_batch(converted / "vocab.txt")
     config = BertConfig.from_json_file(converted / "bert_config.json")
