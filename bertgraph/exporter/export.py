@@ -17,6 +17,7 @@ Google BERT's run_classifier names them (``training_state``), so run_classifier,
 and Hugging Face's converter read what Go writes, and a run_classifier checkpoint resumes here.
 """
 import argparse
+import os
 import pathlib
 import shutil
 import sys
@@ -313,6 +314,11 @@ def export(out_dir, config, num_labels, max_seq_length, vocab_file, init_checkpo
         for d in (staging, serving_dir):
             config.to_json_file(d / "assets.extra/bert_config.json")
             shutil.copyfile(vocab_file, d / contract.VOCAB_FILE)
+        # mkdtemp's 0700 would keep the model from every other user (ranks or servers run as
+        # another user, a shared directory): the mode a plain mkdir gives.
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)

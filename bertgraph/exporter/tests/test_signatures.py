@@ -57,6 +57,12 @@ def _assign(loaded, contract_, values):
         v["value_key"]: tf.constant(x) for v, x in zip(contract_["variables"], values)})
 
 
+def test_export_directory_has_mkdirs_mode(dropout_on, tmp_path):
+    """The export is readable as a directory made with mkdir is, not only by its owner."""
+    (tmp_path / "plain").mkdir()
+    assert (dropout_on.stat().st_mode & 0o777) == ((tmp_path / "plain").stat().st_mode & 0o777)
+
+
 def test_contract_describes_the_saved_model(dropout_on):
     c = contract.read(dropout_on)
     assert c["contract_version"] == contract.CONTRACT_VERSION
