@@ -45,11 +45,12 @@ type ReducerOptions struct {
 // they negotiate in one round and fuse into buffers of up to the fusion threshold. A Reducer is
 // not safe for concurrent use.
 type Reducer struct {
-	h      *Horovod
-	opts   ReducerOptions
-	passes int                     // backward passes accumulated in this step
-	accum  map[string]*NamedTensor // running sums while passes < BackwardPassesPerStep
-	first  []NamedTensor           // the first pass's tensors (names, dtypes, shapes) of this step
+	h       *Horovod
+	opts    ReducerOptions
+	passes  int                     // backward passes accumulated in this step
+	accum   map[string]*NamedTensor // running sums while passes < BackwardPassesPerStep
+	first   []NamedTensor           // the first pass's tensors (names, dtypes, shapes) of this step
+	inFirst map[string]bool         // the names of first
 	// Results and 16-bit wire copies, each gradient's back to back in the order given, so that
 	// fusion reads and writes them in place; reused from step to step.
 	outArena, wireArena arena
@@ -177,8 +178,16 @@ func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool
 // accumulate adds one pass into the running sums, checking it has the first pass's variables.
 func (r *Reducer) accumulate(grads []NamedTensor) error {
 	if r.passes == 0 {
+		if r.accumulatorsGivenBack(grads) {
+			// The last step's results (with InPlace, the accumulators themselves) given back in
+			// another order: copying one into its own accumulator would overwrite another's
+			// before it is read. This step sums into fresh ones.
+			r.accum = map[string]*NamedTensor{}
+		}
 		r.first = make([]NamedTensor, len(grads))
+		r.inFirst = make(map[string]bool, len(grads))
 		for i, g := range grads {
+			r.inFirst[g.Name] = true
 			r.first[i] = NamedTensor{Name: g.Name, Tensor: Tensor{DType: g.DType, Shape: slices.Clone(g.Shape)}}
 			a := r.accum[g.Name]
 			if a == nil || a.DType != g.DType || len(a.Data) != len(g.Data) {
@@ -196,7 +205,7 @@ func (r *Reducer) accumulate(grads []NamedTensor) error {
 	}
 	for _, g := range grads {
 		a := r.accum[g.Name]
-		if a == nil {
+		if !r.inFirst[g.Name] { // r.accum also holds earlier steps' gradients
 			return fmt.Errorf("horovod: reducer: gradient %q appears in backward pass %d but not in the first pass of the step", g.Name, r.passes+1)
 		}
 		if a.DType != g.DType || !slices.Equal(a.Shape, g.Shape) {
@@ -206,6 +215,19 @@ func (r *Reducer) accumulate(grads []NamedTensor) error {
 	}
 	r.passes++
 	return nil
+}
+
+// accumulatorsGivenBack reports whether a gradient's data overlaps the accumulator of another
+// name.
+func (r *Reducer) accumulatorsGivenBack(grads []NamedTensor) bool {
+	for _, g := range grads {
+		for name, a := range r.accum {
+			if name != g.Name && parallel.Overlap(g.Data, a.Data) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -212,6 +213,74 @@ func TestReducerBF16CompressionKeepsFloat32Range(t *testing.T) {
 		}
 		if !coarser {
 			return fmt.Errorf("bf16 results within float16's precision everywhere: not rounded to bfloat16")
+		}
+		return nil
+	})
+}
+
+// A later backward pass must have the first pass's gradients of the same step: one left over
+// from an earlier step (whose accumulator the Reducer still holds) is an error, not summed into
+// that stale accumulator while this step's gradient misses a pass.
+func TestReducerPassesAreCheckedAgainstThisStepsFirst(t *testing.T) {
+	hs, _ := job(t, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		r, err := h.NewReducer(ReducerOptions{BackwardPassesPerStep: 2, Op: Sum})
+		if err != nil {
+			return err
+		}
+		one := func(name string) NamedTensor { return NamedTensor{name, mustTensor(t, []int{1}, []float32{1})} }
+		pass := func(names ...string) (bool, error) {
+			var grads []NamedTensor
+			for _, n := range names {
+				grads = append(grads, one(n))
+			}
+			_, ready, err := r.Reduce(grads)
+			return ready, err
+		}
+		for _, names := range [][]string{{"a", "b"}, {"a", "b"}, {"a", "c"}} {
+			if _, err := pass(names...); err != nil {
+				return err
+			}
+		}
+		ready, err := pass("a", "b")
+		if err == nil || ready || !strings.Contains(err.Error(), `gradient "b" appears in backward pass 2 but not in the first pass of the step`) {
+			return fmt.Errorf("step 2's passes {a c}, {a b}: ready %v, %v", ready, err)
+		}
+		return nil
+	})
+}
+
+// With InPlace and several backward passes the results are the Reducer's accumulators; given
+// back in another order as the next step's first pass, each still sums as itself.
+func TestReducerAccumulatorsGivenBackInAnotherOrder(t *testing.T) {
+	hs, _ := job(t, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		r, err := h.NewReducer(ReducerOptions{BackwardPassesPerStep: 2, Op: Sum, InPlace: true})
+		if err != nil {
+			return err
+		}
+		val := func(x float32) Tensor { return mustTensor(t, []int{1}, []float32{x}) }
+		if _, _, err := r.Reduce([]NamedTensor{{"a", val(1)}, {"b", val(10)}}); err != nil {
+			return err
+		}
+		out, ready, err := r.Reduce([]NamedTensor{{"a", val(1)}, {"b", val(10)}})
+		if err != nil || !ready {
+			return fmt.Errorf("step 1: ready %v, %v", ready, err)
+		}
+		a, b := mustValues[float32](out[0].Tensor)[0], mustValues[float32](out[1].Tensor)[0]
+		if a != 4 || b != 40 {
+			return fmt.Errorf("step 1: a %v, b %v; want 4, 40", a, b)
+		}
+		// Step 2: a is given b's result (40), b a's (4), then a pass of zeros.
+		if _, _, err := r.Reduce([]NamedTensor{{"a", out[1].Tensor}, {"b", out[0].Tensor}}); err != nil {
+			return err
+		}
+		out, ready, err = r.Reduce([]NamedTensor{{"a", val(0)}, {"b", val(0)}})
+		if err != nil || !ready {
+			return fmt.Errorf("step 2: ready %v, %v", ready, err)
+		}
+		if a, b := mustValues[float32](out[0].Tensor)[0], mustValues[float32](out[1].Tensor)[0]; a != 80 || b != 8 {
+			return fmt.Errorf("step 2 with the results swapped: a %v, b %v; want 80, 8", a, b)
 		}
 		return nil
 	})
