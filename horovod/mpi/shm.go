@@ -103,6 +103,13 @@ func (m *sharedMemory) path(rank int, id uint64) string {
 // removeDeadSegments removes the files in dir of segments whose owner process no longer runs: a
 // job that died before its first allreduce (or before FreeHost) left them. A process ID reused
 // since by another process keeps its dead namesake's files until that one ends too.
+//
+// The owner's ID alone would not do: a job in another PID namespace that shares dir (containers
+// run with --ipc=host, Kubernetes' hostIPC) has IDs this one cannot see, which look dead, and
+// removing a live job's segment made its next FreeHost fail and abort it. The owner holds a
+// shared flock on each of its segments while it maps it (allocSegment), which the kernel drops
+// when the process ends: a file is removed only when its owner's ID looks dead and no one holds
+// that lock.
 func removeDeadSegments(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -118,10 +125,21 @@ func removeDeadSegments(dir string) {
 		if !ok || err != nil || pid <= 0 {
 			continue
 		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
+		if syscall.Kill(pid, 0) == syscall.ESRCH && unlocked(filepath.Join(dir, e.Name())) {
 			os.Remove(filepath.Join(dir, e.Name())) // another job's sweep may have been first
 		}
 	}
+}
+
+// unlocked reports whether no process holds a lock on the file at path (false when it cannot be
+// opened: it may be gone, or not be ours to judge).
+func unlocked(path string) bool {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer syscall.Close(fd)
+	return syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB) == nil
 }
 
 // alloc returns n bytes of a new segment, its pages reserved (fallocate, so that a full
@@ -145,6 +163,12 @@ func (m *sharedMemory) allocSegment(n int) (*segment, error) {
 		return nil, fmt.Errorf("mpi: shared memory: %w", &os.PathError{Op: "create", Path: path, Err: err})
 	}
 	defer syscall.Close(fd)
+	// Held until the segment is unmapped here (the mapping keeps the open file, and its lock,
+	// after the descriptor is closed) or the process ends: removeDeadSegments's sign of life.
+	if err := syscall.Flock(fd, syscall.LOCK_SH); err != nil {
+		syscall.Unlink(path)
+		return nil, fmt.Errorf("mpi: shared memory: %w", &os.PathError{Op: "flock", Path: path, Err: err})
+	}
 	size := segmentHeader + n
 	if err := syscall.Fallocate(fd, 0, 0, int64(size)); err != nil {
 		syscall.Unlink(path)
@@ -186,8 +210,8 @@ func (m *sharedMemory) release(s *segment) error {
 	var errs []error
 	if s.linked {
 		s.linked = false
-		if err := syscall.Unlink(s.path); err != nil {
-			errs = append(errs, &os.PathError{Op: "unlink", Path: s.path, Err: err})
+		if err := unlinkSegment(s.path); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := syscall.Munmap(s.mem); err != nil {
@@ -224,8 +248,17 @@ func (m *sharedMemory) unlink(s *segment) error {
 		return nil
 	}
 	s.linked = false
-	if err := syscall.Unlink(s.path); err != nil {
-		return fmt.Errorf("mpi: shared memory: %w", &os.PathError{Op: "unlink", Path: s.path, Err: err})
+	if err := unlinkSegment(s.path); err != nil {
+		return fmt.Errorf("mpi: shared memory: %w", err)
+	}
+	return nil
+}
+
+// unlinkSegment removes a segment's name. A name already gone (someone cleaned dir by hand) is
+// no failure: the memory is this process's mapping, which the name never kept.
+func unlinkSegment(path string) error {
+	if err := syscall.Unlink(path); err != nil && err != syscall.ENOENT {
+		return &os.PathError{Op: "unlink", Path: path, Err: err}
 	}
 	return nil
 }

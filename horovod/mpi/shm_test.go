@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -390,14 +391,53 @@ func TestDeadSegmentsAreRemoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An owner this process cannot see (another PID namespace sharing the directory) holds its
+	// segment's lock: its ID looks dead, but the file stays until the lock goes.
+	unseen := fmt.Sprintf("%s%d-fedcba9876543210-0-0", segmentPrefix, ended.ProcessState.Pid())
+	if err := os.WriteFile(filepath.Join(dir, unseen), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := os.Open(filepath.Join(dir, unseen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	if err := syscall.Flock(int(owner.Fd()), syscall.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
 	removeDeadSegments(dir)
 	if _, err := os.Stat(filepath.Join(dir, dead)); !os.IsNotExist(err) {
 		t.Errorf("%s, whose owner has ended: %v, want it removed", dead, err)
 	}
-	for _, name := range keep {
+	for _, name := range append(keep, unseen) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("%s: %v, want it left alone", name, err)
 		}
+	}
+	owner.Close()
+	removeDeadSegments(dir)
+	if _, err := os.Stat(filepath.Join(dir, unseen)); !os.IsNotExist(err) {
+		t.Errorf("%s once its lock is gone: %v, want it removed", unseen, err)
+	}
+}
+
+// A segment's owner holds a lock on its file while it maps it, after the descriptor is closed,
+// and a name removed by someone else does not fail the segment's FreeHost.
+func TestSegmentsAreLockedWhileMapped(t *testing.T) {
+	m := newSharedMemory(0x5eed, 0, 1, binary.LittleEndian.AppendUint64(nil, uint64(os.Getpid())))
+	buf, err := m.alloc(4096)
+	if err != nil {
+		t.Skipf("no shared memory here: %v", err)
+	}
+	path := m.path(0, 0)
+	if unlocked(path) {
+		t.Errorf("%s unlocked while its owner maps it", path)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.free(buf); err != nil {
+		t.Errorf("FreeHost of a segment whose name was removed: %v", err)
 	}
 }
 
