@@ -362,6 +362,7 @@ func (c *controller) idleWait(wait time.Duration) time.Duration {
 func (c *controller) fail(err error) {
 	c.h.log.Printf("%v: aborting the job, since the other ranks cannot go on without this one", err)
 	c.stop(err)
+	c.timeline.flushNow()
 	c.control.Abort(1)
 }
 

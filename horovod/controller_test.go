@@ -785,8 +785,9 @@ func TestScaleFloat32RoundsOnce(t *testing.T) {
 func TestBackendFailureAbortsTheJob(t *testing.T) {
 	g := newLoopback(2)
 	var logs [2]syncBuffer
+	path := filepath.Join(t.TempDir(), "timeline.json")
 	// Abandoned after the abort, like the ranks of TestStallShutdownAborts.
-	hs, errs := initRanks(g, func(r int) []Option { return []Option{WithLogOutput(&logs[r])} })
+	hs, errs := initRanks(g, func(r int) []Option { return []Option{WithLogOutput(&logs[r]), WithTimeline(path)} })
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
@@ -822,6 +823,56 @@ func TestBackendFailureAbortsTheJob(t *testing.T) {
 		if got := logs[r].String(); !strings.Contains(got, want) {
 			t.Errorf("rank %d logged %q, want %q", r, got, want)
 		}
+	}
+	// Rank 0's timeline holds, before the abort, the failed allreduce's events, as a trace
+	// viewer reads a file without its closing bracket.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []traceEvent
+	if err := json.Unmarshal(append(b, ']'), &events); err != nil {
+		t.Fatalf("the timeline of an aborted job does not read: %v\n%s", err, b)
+	}
+	phases := map[string]bool{}
+	for _, e := range events {
+		phases[e.Name] = true
+	}
+	if !phases["NEGOTIATE_ALLREDUCE"] || !phases["ALLREDUCE"] || !phases["LOOPBACK_ALLREDUCE"] {
+		t.Errorf("the aborted job's timeline has phases %v, want the failed allreduce's", phases)
+	}
+}
+
+// The timeline's file always ends at an event's end, so that a job killed at any point leaves a
+// trace that reads, and flushNow writes every event so far.
+func TestTimelineFileEndsAtAnEvent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	tl, err := newTimeline(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.close()
+	now := time.Now()
+	for i := range 3000 { // past timelineBuffer, which writes the buffer out
+		tl.begin(fmt.Sprintf("tensor/%d", i), "QUEUE", now)
+	}
+	read := func() []traceEvent {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var events []traceEvent
+		if err := json.Unmarshal(append(b, ']'), &events); err != nil {
+			t.Fatalf("the timeline as written so far (%d bytes) does not read: %v", len(b), err)
+		}
+		return events
+	}
+	if n := len(read()); n == 0 || n >= tl.events {
+		t.Errorf("%d of %d events written before a flush: want some, not all", n, tl.events)
+	}
+	tl.flushNow()
+	if n := len(read()); n != tl.events {
+		t.Errorf("%d of %d events written after flushNow", n, tl.events)
 	}
 }
 

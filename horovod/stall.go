@@ -53,6 +53,7 @@ func (c *controller) inspectStalls(now time.Time) {
 	if len(pastAbort) > 0 {
 		c.h.log.Printf("aborting the job: ranks marked \"!\" have not submitted operations that others "+
 			"submitted more than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (%v) ago. Missing ranks:\n%s", abort, report)
+		c.timeline.flushNow()
 		c.control.Abort(1)
 	}
 	if c.rank == 0 && warn > 0 && now.Sub(c.lastWarn) >= warn {
@@ -137,6 +138,7 @@ func (c *controller) watchdog() {
 		if abort > 0 && d >= abort {
 			c.h.log.Printf("aborting the job: %s on the %s backend has not completed in %v "+
 				"(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): %s", what, c.data.Name(), d.Round(time.Millisecond), c.stallCause(what))
+			c.timeline.flushNow()
 			c.control.Abort(1)
 		}
 		if warn > 0 && d >= warn && warned != since {

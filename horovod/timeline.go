@@ -1,11 +1,11 @@
 package horovod
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -20,14 +20,21 @@ var timeNow = time.Now
 // <BACKEND>_<OP> and MEMCPY_OUT_FUSION_BUFFER. Only rank 0 writes one; a nil *timeline writes
 // nothing, so callers need no checks.
 type timeline struct {
+	// mu serializes the writer (the holder of the loop's turn) and an abort's last flush
+	// (flushNow), which may come from the watchdog.
+	mu        sync.Mutex
 	f         *os.File
-	w         *bufio.Writer
+	buf       []byte // whole events not yet written: the file always ends at an event's end
 	origin    time.Time
 	pids      map[string]int
 	events    int
 	lastFlush time.Time
 	err       error
 }
+
+// timelineBuffer is how many bytes of events wait before they are written, once a second
+// otherwise (flushIfDue).
+const timelineBuffer = 64 << 10
 
 type traceEvent struct {
 	Name  string            `json:"name"`
@@ -44,12 +51,13 @@ func newTimeline(path string) (*timeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HOROVOD_TIMELINE: %w", err)
 	}
-	t := &timeline{f: f, w: bufio.NewWriter(f), origin: timeNow(), pids: map[string]int{}}
-	t.w.WriteString("[\n")
+	t := &timeline{f: f, buf: []byte("[\n"), origin: timeNow(), pids: map[string]int{}}
 	return t, nil
 }
 
 func (t *timeline) emit(e traceEvent) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.err != nil {
 		return
 	}
@@ -59,10 +67,21 @@ func (t *timeline) emit(e traceEvent) {
 		return
 	}
 	if t.events > 0 {
-		t.w.WriteString(",\n")
+		t.buf = append(t.buf, ",\n"...)
 	}
 	t.events++
-	_, t.err = t.w.Write(b)
+	t.buf = append(t.buf, b...)
+	if len(t.buf) >= timelineBuffer {
+		t.write()
+	}
+}
+
+// write puts the buffered events in the file; t.mu is held.
+func (t *timeline) write() {
+	if t.err == nil && len(t.buf) > 0 {
+		_, t.err = t.f.Write(t.buf)
+		t.buf = t.buf[:0]
+	}
 }
 
 func (t *timeline) pid(name string) int {
@@ -142,22 +161,39 @@ func (t *timeline) endAll(names []string) {
 }
 
 // flushIfDue pushes events to the file about once a second, so a crashed job leaves a usable trace
-// (trace viewers accept an array without its closing bracket).
+// (trace viewers accept an array without its closing bracket, and the file ends at an event's end).
 func (t *timeline) flushIfDue() {
-	if t == nil || t.err != nil || time.Since(t.lastFlush) < time.Second {
+	if t == nil {
 		return
 	}
-	t.lastFlush = time.Now()
-	t.err = t.w.Flush()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if time.Since(t.lastFlush) >= time.Second {
+		t.lastFlush = time.Now()
+		t.write()
+	}
+}
+
+// flushNow writes every event so far, before the job is aborted: the operations in flight when
+// it failed or stalled are what a reader of the trace looks for.
+func (t *timeline) flushNow() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.write()
 }
 
 func (t *timeline) close() error {
 	if t == nil {
 		return nil
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.err == nil {
-		t.w.WriteString("\n]\n")
-		t.err = t.w.Flush()
+		t.buf = append(t.buf, "\n]\n"...)
+		t.write()
 	}
 	if err := t.f.Close(); t.err == nil {
 		t.err = err
