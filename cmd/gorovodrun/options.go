@@ -304,12 +304,8 @@ func (o *options) validate() error {
 	if strings.HasPrefix(o.command[0], "-") {
 		return fmt.Errorf("the command %q starts with -: mpirun would read it as one of its options; give the program's path (./%s)", o.command[0], o.command[0])
 	}
-	if o.hosts != nil && !o.oversubscribe {
-		if slots := totalSlots(o.hosts); o.np > slots {
-			return fmt.Errorf("-np %d exceeds the %d slots of %s (add slots, or --oversubscribe to run more ranks than slots)", o.np, slots, o.hostsFrom)
-		}
-	}
-	if _, err := parseMpirunArgs("--binding-args", o.bindingArgs); err != nil {
+	binding, err := parseMpirunArgs("--binding-args", o.bindingArgs)
+	if err != nil {
 		return err
 	}
 	opts, err := parseMpirunArgs("--mpi-args", o.mpiArgs)
@@ -322,7 +318,22 @@ func (o *options) validate() error {
 			return fmt.Errorf("--mpi-args: %s: give the ranks and hosts with gorovodrun's own -np, -H or --hostfile", opt.word)
 		}
 	}
+	if o.hosts != nil && !o.oversubscribe && !oversubscribes(append(binding, opts...)) {
+		if slots := totalSlots(o.hosts); o.np > slots {
+			return fmt.Errorf("-np %d exceeds the %d slots of %s (add slots, or --oversubscribe to run more ranks than slots)", o.np, slots, o.hostsFrom)
+		}
+	}
 	return nil
+}
+
+// oversubscribes reports whether mpirun options allow more ranks than slots: --oversubscribe
+// (horovodrun has no flag of its own for it, so its users pass it in --mpi-args) or a --map-by
+// with the OVERSUBSCRIBE modifier.
+func oversubscribes(opts []mpirunOption) bool {
+	return slices.ContainsFunc(opts, func(opt mpirunOption) bool {
+		return opt.name == "oversubscribe" ||
+			opt.name == "map-by" && strings.Contains(strings.ToUpper(opt.values[0]), "OVERSUBSCRIBE")
+	})
 }
 
 func findFlag(name string) *flagSpec {

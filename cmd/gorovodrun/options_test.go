@@ -133,6 +133,26 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// More ranks than slots pass with mpirun's own oversubscription in --mpi-args or --binding-args
+// (horovodrun has no --oversubscribe: its users pass mpirun's), as with gorovodrun's flag.
+func TestOversubscribingMpirunArgsAllowMoreRanksThanSlots(t *testing.T) {
+	for _, extra := range [][]string{
+		{"--oversubscribe"},
+		{"--mpi-args", "--oversubscribe"},
+		{"--mpi-args=-oversubscribe"},
+		{"--mpi-args", "--map-by slot:OVERSUBSCRIBE"},
+		{"--binding-args", "--map-by core:oversubscribe"},
+	} {
+		args := append(append([]string{"-np", "4", "-H", "localhost:2"}, extra...), "p")
+		if _, err := parseArgs(args); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+	if _, err := parseArgs([]string{"-np", "4", "-H", "localhost:2", "--mpi-args", "--map-by slot", "p"}); err == nil {
+		t.Error("-np 4 on 2 slots without oversubscription accepted")
+	}
+}
+
 // Each horovodrun flag gorovodrun does not honour is refused, naming the flag and why, whether
 // given alone or with a value.
 func TestRefusedFlags(t *testing.T) {
