@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -9,14 +10,16 @@ import (
 	"github.com/gorovod/gorovod/horovod"
 )
 
-// Variables forwarded to every rank with mpirun -x. mpirun starts its daemons on other machines
-// through ssh, whose shell has none of the launching environment: what a rank reads must travel.
+// Every variable of the launching environment goes to every rank with mpirun -x, as horovodrun
+// does: mpirun starts its daemons on other machines through ssh, whose shell has none of it, so
+// the ranks there would otherwise miss what the ranks on this machine see (CUDA_VISIBLE_DEVICES,
+// OMP_NUM_THREADS, LD_PRELOAD, ...). Not forwarded: horovodrun's exceptions (shell functions,
+// OLDPWD, secret keys), the MPI launcher's own variables, which mpirun sets for each rank, and
+// the shell's per-machine state.
 var (
-	// forwardedPrefixes: horovod's settings, NCCL's, gorovod's own (library paths, MPI wait mode,
-	// GPU requirement) and TensorFlow's (TF_CPP_MIN_LOG_LEVEL, ...).
-	forwardedPrefixes = []string{"HOROVOD_", "NCCL_", "GOROVOD_", "TF_"}
-	// forwardedNames: where the ranks find programs and libraries.
-	forwardedNames = []string{"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
+	notForwardedPrefixes = []string{"BASH_FUNC_", "OMPI_", "PMIX_", "PMI_"}
+	notForwardedNames    = []string{"OLDPWD", "HOSTNAME", "SHLVL", "_"}
+	notForwardedSuffixes = []string{"_SECRET_KEY"}
 )
 
 // mpirunArg is one setting gorovodrun gives mpirun. key names the setting, so that the same one
@@ -193,17 +196,31 @@ func forwardedVariables(env []string) []string {
 }
 
 func forwarded(name string) bool {
-	for _, n := range forwardedNames {
-		if name == n {
-			return true
+	if !shellName(name) || slices.Contains(notForwardedNames, name) {
+		return false
+	}
+	for _, p := range notForwardedPrefixes {
+		if strings.HasPrefix(name, p) {
+			return false
 		}
 	}
-	for _, p := range forwardedPrefixes {
-		if strings.HasPrefix(name, p) && len(name) > len(p) {
-			return true
+	for _, suffix := range notForwardedSuffixes {
+		if strings.HasSuffix(name, suffix) {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// shellName reports whether name is a variable name a shell exports (letters, digits and _, not
+// starting with a digit): what mpirun's -x and the remote shell can carry.
+func shellName(name string) bool {
+	for i, c := range name {
+		if !(c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // mpirunKeys reads which of gorovodrun's settings the words of --mpi-args give themselves

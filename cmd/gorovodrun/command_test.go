@@ -18,14 +18,19 @@ func mustParse(t *testing.T, args ...string) options {
 }
 
 func TestCommandDefaults(t *testing.T) {
+	// Everything but horovodrun's exceptions, the MPI launcher's own variables and the shell's
+	// per-machine state (and a name no shell exports).
 	env := []string{"PATH=/usr/bin", "HOME=/root", "NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=0", "LD_LIBRARY_PATH=/l",
-		"HOROVOD_CYCLE_TIME=2", "GOROVOD_MPI_WAIT=spin", "TF_CPP_MIN_LOG_LEVEL=2", "OMPI_MCA_btl=self", "PYTHONPATH=/p"}
+		"HOROVOD_CYCLE_TIME=2", "GOROVOD_MPI_WAIT=spin", "TF_CPP_MIN_LOG_LEVEL=2", "OMPI_MCA_btl=self", "PYTHONPATH=/p",
+		"OMP_NUM_THREADS=4", "BASH_FUNC_f%%=() { :; }", "OLDPWD=/", "HOSTNAME=h1", "SHLVL=2", "_=/usr/bin/env",
+		"AWS_SECRET_KEY=s", "PMIX_RANK=0", "PMI_SIZE=2", "2BAD=x", "a-b=c"}
 	o := mustParse(t, "-np", "3", "bin/finetune", "--do_train=true")
 	argv, warnings := mpirunCommand(o, env, false)
 	want := []string{"mpirun", "-np", "3", "-H", "localhost:3",
 		"--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
 		"--mca", "odls_base_sigkill_timeout", "1",
-		"-x", "GOROVOD_MPI_WAIT", "-x", "HOROVOD_CYCLE_TIME", "-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG",
+		"-x", "CUDA_VISIBLE_DEVICES", "-x", "GOROVOD_MPI_WAIT", "-x", "HOME", "-x", "HOROVOD_CYCLE_TIME",
+		"-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS",
 		"-x", "PATH", "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
 		"bin/finetune", "--do_train=true"}
 	if !reflect.DeepEqual(argv, want) {

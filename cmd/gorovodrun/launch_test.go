@@ -261,9 +261,9 @@ func TestLaunchRefusesWhatEveryRankWould(t *testing.T) {
 
 // Two machines simulated on this one (scripts/fake-nodes: a UTS namespace per host, started by
 // an rsh agent as mpirun would start ssh): each rank runs on the host -H or --hostfile gives its
-// slot, and sees the HOROVOD_* variables of the flags and of the environment, which cross to
-// another machine only because gorovodrun forwards them; a variable it does not forward stays
-// behind. -p reaches the agent as it would reach ssh. Needs root; runs when
+// slot, and sees the HOROVOD_* variables of the flags and the variables of the environment,
+// which cross to another machine only because gorovodrun forwards them (CUDA_VISIBLE_DEVICES
+// here); one it does not forward (a secret key, as horovodrun) stays behind. -p reaches the agent as it would reach ssh. Needs root; runs when
 // GOROVOD_TEST_FAKE_NODES is set (make test-launcher).
 func TestLaunchTwoMachines(t *testing.T) {
 	if os.Getenv("GOROVOD_TEST_FAKE_NODES") == "" {
@@ -285,7 +285,7 @@ func TestLaunchTwoMachines(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostfile := writeFile(t, "hosts", "nodea slots=2\nnodeb slots=2\n")
-	rank := `echo rank=$OMPI_COMM_WORLD_RANK host=$(hostname) fusion=$HOROVOD_FUSION_THRESHOLD cycle=$HOROVOD_CYCLE_TIME ifname=$NCCL_SOCKET_IFNAME other=$NOT_FORWARDED`
+	rank := `echo rank=$OMPI_COMM_WORLD_RANK host=$(hostname) fusion=$HOROVOD_FUSION_THRESHOLD cycle=$HOROVOD_CYCLE_TIME ifname=$NCCL_SOCKET_IFNAME visible=$CUDA_VISIBLE_DEVICES secret=$MY_SECRET_KEY`
 	for _, tc := range []struct {
 		hosts []string
 		np    string
@@ -301,14 +301,14 @@ func TestLaunchTwoMachines(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := gorovodrun(t, 60*time.Second, args...)
-		cmd.Env = append(cmd.Env, "HOROVOD_CYCLE_TIME=2.5", "NOT_FORWARDED=here")
+		cmd.Env = append(cmd.Env, "HOROVOD_CYCLE_TIME=2.5", "CUDA_VISIBLE_DEVICES=2,3", "MY_SECRET_KEY=s")
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("%q: %v\n%s", args, err, stderrOf(err))
 		}
 		var want []string
 		for r, h := range tc.want {
-			want = append(want, "rank="+string(rune('0'+r))+" host="+h+" fusion=3145728 cycle=2.5 ifname=lo other=")
+			want = append(want, "rank="+string(rune('0'+r))+" host="+h+" fusion=3145728 cycle=2.5 ifname=lo visible=2,3 secret=")
 		}
 		if got := sortedLines(out); !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: ranks printed\n%q\nwant\n%q", tc.hosts, got, want)

@@ -358,8 +358,11 @@ func printUsage(w io.Writer) {
 	fmt.Fprint(w, `usage: gorovodrun -np N [-H HOST:SLOTS,... | --hostfile FILE] [flags] [--] COMMAND [ARGS...]
 
 Starts COMMAND as N ranks of a gorovod job through Open MPI's mpirun, as horovodrun does, and
-forwards the HOROVOD_*, NCCL_*, GOROVOD_* and TF_* variables and PATH, LD_LIBRARY_PATH and
-PYTHONPATH to every rank. gorovodrun becomes mpirun: its exit status and Ctrl-C are mpirun's.
+forwards its environment to every rank (all but shell functions, OLDPWD, *_SECRET_KEY, MPI's own
+OMPI_*, PMIX_* and PMI_*, and HOSTNAME, SHLVL, _). A Ctrl-C (or SIGTERM) becomes SIGUSR2 to every
+rank at once, which finetune takes as an interrupt (every rank stops after the same step, rank 0
+checkpoints; exit status 130); a second one ends the job at once. Otherwise the exit status is
+mpirun's.
 
 flags:
 `)
