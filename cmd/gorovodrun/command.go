@@ -39,8 +39,9 @@ func envArg(name, value string) mpirunArg {
 
 // mpirunCommand is the mpirun argument list (argv[0] "mpirun") that runs o.command as o.np
 // ranks, forwarding the variables of env the ranks read; root says whether mpirun will run as
-// root. warnings name forwarded variables no rank will act on. It is a pure function of its
-// arguments: what --dry-run prints is what runs.
+// root. warnings name forwarded variables no rank will act on, and a job over several machines
+// with no interface chosen for MPI. It is a pure function of its arguments: what --dry-run
+// prints is what runs.
 func mpirunCommand(o options, env []string, root bool) (argv, warnings []string) {
 	var settings []mpirunArg
 	add := func(a ...mpirunArg) { settings = append(settings, a...) }
@@ -125,6 +126,17 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 		}
 	}
 	argv = append(argv, o.mpiArgs...)
+	if len(hosts) > 1 && o.nics == nil && !replaced["mca:btl_tcp_if_include"] && !replaced["mca:btl_tcp_if_exclude"] &&
+		!slices.ContainsFunc(env, func(kv string) bool {
+			return strings.HasPrefix(kv, "OMPI_MCA_btl_tcp_if_include=") || strings.HasPrefix(kv, "OMPI_MCA_btl_tcp_if_exclude=")
+		}) {
+		// horovodrun probes every host for the interfaces they share; gorovodrun does not, and
+		// Open MPI's TCP transport otherwise tries them all, a docker bridge (the same address
+		// on every machine) included, which can hang the job.
+		warnings = append(warnings, fmt.Sprintf("ranks on %d machines and no --network-interface: MPI may try an "+
+			"interface the machines cannot reach each other on (docker0, a link that is down) and hang; "+
+			"name the one they share (horovodrun would look for it, gorovodrun does not)", len(hosts)))
+	}
 	return append(argv, o.command...), warnings
 }
 

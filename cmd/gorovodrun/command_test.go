@@ -76,6 +76,33 @@ func TestCommandAllFlags(t *testing.T) {
 
 // A later tuning flag for the same variable replaces the earlier (--stall-check after
 // --no-stall-check), as with horovodrun's argparse.
+// Ranks on several machines with no interface chosen for MPI (by --network-interface, mpirun's
+// btl_tcp_if_include or _exclude in --mpi-args or the environment) are warned about: horovodrun
+// would look for the interfaces the machines share.
+func TestSeveralMachinesWithoutAnInterfaceWarn(t *testing.T) {
+	const warning = "ranks on 2 machines and no --network-interface"
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		warn bool
+	}{
+		{[]string{"-H", "a:2,b:2"}, nil, true},
+		{[]string{"-H", "a:4"}, nil, false},
+		{nil, nil, false},
+		{[]string{"-H", "a:2,b:2", "--network-interface", "eth0"}, nil, false},
+		{[]string{"-H", "a:2,b:2", "--mpi-args", "--mca btl_tcp_if_include 10.0.0.0/8"}, nil, false},
+		{[]string{"-H", "a:2,b:2", "--mpi-args", "--mca btl_tcp_if_exclude docker0,lo"}, nil, false},
+		{[]string{"-H", "a:2,b:2"}, []string{"OMPI_MCA_btl_tcp_if_include=eth0"}, false},
+	} {
+		o := mustParse(t, append(append([]string{"-np", "4"}, tc.args...), "p")...)
+		_, warnings := mpirunCommand(o, tc.env, false)
+		warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, warning) })
+		if warned != tc.warn {
+			t.Errorf("%q with %q: warnings %q; want the interface warning: %v", tc.args, tc.env, warnings, tc.warn)
+		}
+	}
+}
+
 func TestCommandLaterFlagWins(t *testing.T) {
 	o := mustParse(t, "-np", "1", "--no-stall-check", "--cycle-time-ms", "1", "--stall-check", "--cycle-time-ms=5", "p")
 	argv, _ := mpirunCommand(o, nil, false)
