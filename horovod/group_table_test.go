@@ -30,32 +30,28 @@ func TestGroupTable(t *testing.T) {
 		t.Errorf("g1 with rank 2 joined: complete %v, mismatch %q", g.complete("g1"), g.mismatch("g1"))
 	}
 
-	tb = newMessageTable(2)
-	tb.add(0, grouped("x", "g2", 2), now, 0)
-	tb.add(0, grouped("y", "g2", 2), now, 0)
-	tb.add(1, grouped("x", "g2", 2), now, 0)
-	tb.add(1, grouped("z", "g2", 2), now, 0)
-	g = newGroupTable(tb)
-	if !g.complete("g2") {
-		t.Error("g2 not complete with two members on each rank")
-	}
-	const want = "ranks grouped different tensors in g2: rank 0: [x y]; rank 1: [x z]"
-	if got := g.mismatch("g2"); got != want {
-		t.Errorf("mismatch: %q, want %q", got, want)
-	}
-
-	// A tensor one rank left out of its group (a gradient it does not have): each rank's
-	// members are all there, and the group fails rather than wait for a member that never comes.
-	tb = newMessageTable(2)
-	tb.add(0, grouped("x", "g3", 2), now, 0)
-	tb.add(0, grouped("y", "g3", 2), now, 0)
-	tb.add(1, grouped("x", "g3", 1), now, 0)
-	g = newGroupTable(tb)
-	if !g.complete("g3") {
-		t.Error("g3 not complete with every rank's members announced")
-	}
-	const want3 = "ranks grouped different tensors in g3: rank 0: [x y]; rank 1: [x]"
-	if got := g.mismatch("g3"); got != want3 {
-		t.Errorf("mismatch: %q, want %q", got, want3)
+	// Both ranks announce all their members, but not the same ones: the ranks put different
+	// tensors in g2, or (a gradient one rank does not have) different numbers of them in g3.
+	for _, c := range []struct {
+		group string
+		ranks [2][]string // each rank's members
+		want  string
+	}{
+		{"g2", [2][]string{{"x", "y"}, {"x", "z"}}, "ranks grouped different tensors in g2: rank 0: [x y]; rank 1: [x z]"},
+		{"g3", [2][]string{{"x", "y"}, {"x"}}, "ranks grouped different tensors in g3: rank 0: [x y]; rank 1: [x]"},
+	} {
+		tb = newMessageTable(2)
+		for r, members := range c.ranks {
+			for _, name := range members {
+				tb.add(r, grouped(name, c.group, len(members)), now, 0)
+			}
+		}
+		g := newGroupTable(tb)
+		if !g.complete(c.group) {
+			t.Errorf("%s not complete with every rank's members announced", c.group)
+		}
+		if got := g.mismatch(c.group); got != c.want {
+			t.Errorf("mismatch: %q, want %q", got, c.want)
+		}
 	}
 }

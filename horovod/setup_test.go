@@ -1,7 +1,6 @@
 package horovod
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,25 +146,12 @@ func TestSetupAgreementFailureKeepsTheLocalCause(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log that the test reads while the rank may still write it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // Ranks started with other fusion thresholds and cache capacities than rank 0 (an environment set
 // per machine) take rank 0's and say so: with its own threshold, rank 1 alone would allreduce the
 // group's two tensors one by one while rank 0 fuses them, and the sums would be wrong.
 func TestRanksTakeRankZerosFusionAndCacheSettings(t *testing.T) {
 	g := newLoopback(3)
-	logs := make([]lockedBuffer, 3)
+	logs := make([]syncBuffer, 3)
 	hs, errs := initRanks(g, func(r int) []Option {
 		threshold, capacity := 1<<20, 16
 		if r == 1 {

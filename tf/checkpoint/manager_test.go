@@ -321,20 +321,6 @@ for step in (3, 6, 9):
 	}
 
 	// Our saves copy TensorFlow's real checkpoint files under each new prefix.
-	copyFrom := func(src string) SaveFunc {
-		return func(prefix string) error {
-			for _, ext := range []string{".index", ".data-00000-of-00001"} {
-				b, err := os.ReadFile(src + ext)
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(prefix+ext, b, 0o644); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
 	g, _ := Open(goDir, 2, 0)
 	for _, step := range []int64{100, 200, 300} {
 		if _, err := g.Save(step, copyFrom(prefix)); err != nil {
@@ -410,20 +396,6 @@ with tf.compat.v1.Session() as s:
 	if after, _ := os.Stat(index(2)); !after.ModTime().Equal(before.ModTime()) {
 		t.Error("Save(2) rewrote the latest checkpoint")
 	}
-	copyFrom := func(prefix string) SaveFunc {
-		return func(to string) error {
-			for _, ext := range []string{".index", ".data-00000-of-00001"} {
-				b, err := os.ReadFile(prefix + ext)
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(to+ext, b, 0o644); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
 	for _, step := range []int64{3, 4} {
 		if _, err := m.Save(step, copyFrom(prefix)); err != nil {
 			t.Fatal(err)
@@ -436,6 +408,22 @@ with tf.compat.v1.Session() as s:
 		if _, err := os.Stat(index(step)); (err == nil) != want {
 			t.Errorf("step %d's index: %v, want present %v", step, err, want)
 		}
+	}
+}
+
+// copyFrom is a SaveFunc that copies the single-shard checkpoint src under the new prefix.
+func copyFrom(src string) SaveFunc {
+	return func(prefix string) error {
+		for _, ext := range []string{".index", ".data-00000-of-00001"} {
+			b, err := os.ReadFile(src + ext)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(prefix+ext, b, 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 
