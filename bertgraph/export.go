@@ -30,9 +30,10 @@ import (
 // and only the weights are new; opts then replace the vocabulary, casing and label names the
 // export records, so that a Classifier on it tokenises and names labels as training did.
 //
-// dir must lie outside the model being exported from: it is removed before the new export is
-// renamed into place, so dir equal to, above or inside the training model (or its serving
-// source) is refused rather than deleting the model. The staging directories that exports into
+// dir must lie outside the model being exported from: an export there replaces it, moved aside
+// as the new export is renamed into place and then removed (put back if the rename fails), so
+// dir equal to, above or inside the training model (or its serving source) is refused rather
+// than deleting the model. The staging directories that exports into
 // dir killed before the end left beside it are removed too: two exports into one dir at once
 // are not supported.
 func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
@@ -93,10 +94,16 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	if _, err := serving.Save(filepath.Join(staging, "variables", "variables")); err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	// The previous export moves aside into tmp (removed with it) rather than being deleted
+	// first: should the new one fail to move into place, the previous one goes back.
+	previous := filepath.Join(tmp, "previous")
+	if err := os.Rename(dir, previous); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	if err := os.Rename(staging, dir); err != nil {
+		if restore := os.Rename(previous, dir); restore != nil && !errors.Is(restore, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("putting the previous export back: %w", restore))
+		}
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
 	return nil
