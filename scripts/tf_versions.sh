@@ -28,15 +28,24 @@ mkdir -p "$cache/wheels"
 
 libdir() { if [ "$1" = "$pinned" ]; then echo "$root/third_party/tensorflow/lib"; else echo "$cache/$1"; fi; }
 
+command -v unzip >/dev/null || { echo "tf_versions: unzip is needed to take the C library out of the wheels (apt-get install unzip)" >&2; exit 1; }
+libs=(libtensorflow_cc.so.2 libtensorflow_framework.so.2)
 for v in "${versions[@]}"; do
-	[ "$v" = "$pinned" ] || [ -f "$cache/$v/libtensorflow_cc.so.2" ] && continue
+	# A version's directory appears only with both libraries in it: an extraction cut short
+	# (Ctrl-C) is done again, rather than one library of it mixed with the pinned version's other.
+	[ "$v" = "$pinned" ] || [ -d "$cache/$v" ] && continue
 	echo "tf_versions: fetching tensorflow-cpu $v" >&2
 	"$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$cache/wheels" "tensorflow-cpu==$v"
-	mkdir -p "$cache/$v"
-	unzip -oqj "$cache"/wheels/tensorflow_cpu-"$v"-*.whl tensorflow/libtensorflow_cc.so.2 tensorflow/libtensorflow_framework.so.2 -d "$cache/$v" || {
-		echo "tf_versions: the tensorflow-cpu $v wheel ships no C library (tensorflow/libtensorflow_cc.so.2)" >&2
+	rm -rf "$cache/$v.tmp" && mkdir -p "$cache/$v.tmp"
+	unzip -oqj "$cache"/wheels/tensorflow_cpu-"$v"-*.whl "${libs[@]/#/tensorflow/}" -d "$cache/$v.tmp" || {
+		status=$?
+		echo "tf_versions: unzip of the tensorflow-cpu $v wheel failed (status $status): a wheel without the C library (tensorflow/${libs[0]}) gives 11" >&2
 		exit 1
 	}
+	for l in "${libs[@]}"; do
+		[ -f "$cache/$v.tmp/$l" ] || { echo "tf_versions: the tensorflow-cpu $v wheel has no tensorflow/$l" >&2; exit 1; }
+	done
+	mv "$cache/$v.tmp" "$cache/$v"
 done
 
 model=$cache/model/imdb_minilm
