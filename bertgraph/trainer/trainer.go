@@ -83,8 +83,10 @@ type Position struct {
 type Result struct {
 	// Step is the global step reached, whose checkpoint rank 0 saved.
 	Step int64
-	// Stopped is the signal whose stop request ended the run before the schedule's last step,
-	// nil when the run completed.
+	// Stopped is the signal whose stop request the ranks agreed on, nil when none came. It
+	// ended the run before the schedule's last step, or came during that step: the run then
+	// completed, and the caller is still asked to stop (finetune ends there, with the last
+	// checkpoint written and without evaluating, as a run stopped earlier does).
 	Stopped os.Signal
 	// LossScale is the loss scale after the last step trained: 1 unless the model computes in
 	// float16 (bertgraph.Float16), whose dynamic scale halves on every skipped step; 0 when no
