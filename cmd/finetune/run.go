@@ -226,6 +226,9 @@ func (j *job) prepare() error {
 	if err != nil {
 		return err
 	}
+	for _, w := range in.warnings {
+		j.console.infof("%s", w)
+	}
 	j.in = in
 	gpus, err := placeGPU(nccl.Options{}, j.hvd.LocalRank(), j.hvd.LocalSize(), j.console.rankf)
 	if err != nil {

@@ -61,6 +61,7 @@ type inputs struct {
 	test           string
 	rankDir        string
 	lock           *dirlock.Lock // rank 0's hold on --output_dir, for the life of the process
+	warnings       []string      // for the log: what validation let pass but the user should know
 }
 
 // validate checks, before any work, that every file the run needs exists and fits the others:
@@ -172,8 +173,11 @@ func validate(c *Config, rank int) (*inputs, error) {
 	} else if rank == 0 {
 		// Before anything is written there (opening the checkpoints removes what looks like
 		// an interrupted save, which another run's save in flight also looks like).
-		if in.lock, err = lockOutputDir(in.rankDir); err != nil {
+		var warning string
+		if in.lock, warning, err = lockOutputDir(in.rankDir); err != nil {
 			bad(fmt.Errorf("--output_dir: %w", err))
+		} else if warning != "" {
+			in.warnings = append(in.warnings, warning)
 		}
 	}
 	if len(errs) > 0 {
@@ -198,17 +202,21 @@ func configDiff(a, b bertConfig) string {
 }
 
 // lockOutputDir holds dir for this run, so that a second run into it refuses to start, naming
-// this one (dirlock).
-func lockOutputDir(dir string) (*dirlock.Lock, error) {
+// this one (dirlock). On a filesystem that takes no locks the run goes on without, and warning
+// says so: refusing would leave no way to run there at all.
+func lockOutputDir(dir string) (lock *dirlock.Lock, warning string, err error) {
 	host, _ := os.Hostname()
 	launcher, _ := horovod.DetectLauncher(os.LookupEnv) // a malformed launcher environment fails Init itself
 	holder := fmt.Sprintf("finetune, pid %d on %s, rank 0 of %d, started %s",
 		os.Getpid(), host, launcher.Size, time.Now().UTC().Format(time.DateTime+" UTC"))
 	l, err := dirlock.Acquire(dir, holder)
-	if errors.Is(err, dirlock.ErrHeld) {
-		return nil, fmt.Errorf("%w\n  wait for that run to end, or choose another --output_dir", err)
+	switch {
+	case errors.Is(err, dirlock.ErrHeld):
+		return nil, "", fmt.Errorf("%w\n  wait for that run to end, or choose another --output_dir", err)
+	case errors.Is(err, dirlock.ErrUnsupported):
+		return nil, fmt.Sprintf("warning: --output_dir: %v: going on without it, so nothing stops a second run into %s", err, dir), nil
 	}
-	return l, err
+	return l, "", err
 }
 
 // checkWritable creates dir if needed and proves that a file can be created in it.

@@ -25,6 +25,13 @@ type Lock struct {
 // ErrHeld is wrapped by Acquire's error when another process holds the lock.
 var ErrHeld = errors.New("directory in use")
 
+// ErrUnsupported is wrapped by Acquire's error when dir's filesystem takes no flock (Lustre
+// mounted noflock, NFSv3 without its lock daemons): a caller may go on without the lock.
+var ErrUnsupported = errors.New("the filesystem takes no locks")
+
+// flock is syscall.Flock, which tests replace to fail as such filesystems do.
+var flock = syscall.Flock
+
 // Acquire locks dir (which must exist) for this process and writes holder, a one-line
 // description of this run, into the lock file for the message another run gets. It fails at
 // once, without waiting, when another process holds the lock; the error then names dir and
@@ -36,15 +43,21 @@ func Acquire(dir, holder string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		defer f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		switch {
+		case errors.Is(err, syscall.EWOULDBLOCK):
 			b, _ := os.ReadFile(path)
 			other := strings.TrimSpace(string(b))
 			if other == "" {
 				other = "a process that has not yet said which"
 			}
-			return nil, fmt.Errorf("%s is in use by another run: %s (%w; it holds the lock on %s until it ends)", dir, other, ErrHeld, path)
+			// NFS keeps a lock whose holder's machine crashed until that machine is back.
+			return nil, fmt.Errorf("%s is in use by another run: %s (%w; it holds the lock on %s until it ends; "+
+				"on NFS a machine that crashed holds it until it is back: if no run uses the directory, removing %s frees it)",
+				dir, other, ErrHeld, path, path)
+		case errors.Is(err, syscall.ENOSYS), errors.Is(err, syscall.ENOLCK), errors.Is(err, syscall.EOPNOTSUPP):
+			return nil, fmt.Errorf("locking %s: %w (%w)", path, ErrUnsupported, err)
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}

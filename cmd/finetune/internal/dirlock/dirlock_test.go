@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -81,5 +82,19 @@ func TestSecondHolderIsRefusedUntilTheFirstDies(t *testing.T) {
 func TestAcquireInAMissingDirectoryFails(t *testing.T) {
 	if _, err := Acquire(t.TempDir()+"/nope", "x"); err == nil || errors.Is(err, ErrHeld) {
 		t.Errorf("Acquire in a missing directory: %v", err)
+	}
+}
+
+// A filesystem that takes no flock (Lustre mounted noflock: ENOSYS; NFSv3 without its lock
+// daemons: ENOLCK) is told apart from a lock held, so that a caller can go on without the lock;
+// another failure stays an error of its own.
+func TestFilesystemWithoutLocksIsToldApart(t *testing.T) {
+	defer func(f func(int, int) error) { flock = f }(flock)
+	for _, errno := range []syscall.Errno{syscall.ENOSYS, syscall.ENOLCK, syscall.EOPNOTSUPP, syscall.EBADF} {
+		flock = func(int, int) error { return errno }
+		_, err := Acquire(t.TempDir(), "me")
+		if err == nil || errors.Is(err, ErrHeld) || errors.Is(err, ErrUnsupported) != (errno != syscall.EBADF) || !errors.Is(err, errno) {
+			t.Errorf("flock failing with %v: %v", errno, err)
+		}
 	}
 }
