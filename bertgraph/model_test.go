@@ -443,6 +443,25 @@ func TestWordEmbeddingGradientIsTheLookedUpRows(t *testing.T) {
 // that read stale or foreign memory would show. Bit for bit: both models run the same graph on
 // the same gradient bytes with the same threads in one process, so the same kernels add in the
 // same order. Apply must not write into the gradients either.
+// A clip norm or learning rate out of range is an error before the step: an infinite one would
+// turn every weight NaN while the global norm, and so the step, looked finite.
+func TestApplyRefusesClipNormsAndLearningRatesOutOfRange(t *testing.T) {
+	m := loadFixture(t)
+	grads := m.NewFlatTensors()
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, c := range []struct{ lr, clip float32 }{{1e-3, inf}, {1e-3, 0}, {1e-3, nan}, {inf, 1}, {-1e-3, 1}, {nan, 1}} {
+		if r, err := m.Apply(grads, 1, c.lr, c.clip); err == nil || r.Applied {
+			t.Errorf("learning rate %v, clip norm %v: %+v, %v; want an error", c.lr, c.clip, r, err)
+		}
+	}
+	if step, err := m.GlobalStep(); err != nil || step != 0 {
+		t.Errorf("global step %d, %v after refused steps; want 0", step, err)
+	}
+	if r, err := m.Apply(grads, 1, 0, 1); err != nil || !r.Applied { // warmup's first rate is 0
+		t.Errorf("learning rate 0: %+v, %v", r, err)
+	}
+}
+
 func TestApplyReadsAlignedGradientsWhereTheyLie(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	inPlace, copied := loadFixture(t), loadFixture(t)

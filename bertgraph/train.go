@@ -113,8 +113,13 @@ func (m *Model) Apply(grads *FlatTensors, gradientScale, learningRate, clipNorm 
 	if err := grads.check(m.contract.Variables); err != nil {
 		return ApplyResult{}, err
 	}
-	if !(clipNorm > 0) {
-		return ApplyResult{}, fmt.Errorf("bertgraph: clip norm %v is not positive", clipNorm)
+	// An infinite clip norm or learning rate would not fail the step: every weight would turn
+	// NaN while the global norm, the guard against non-finite gradients, stays finite.
+	if !(clipNorm > 0) || math.IsInf(float64(clipNorm), 1) {
+		return ApplyResult{}, fmt.Errorf("bertgraph: clip norm %v is not a positive finite number", clipNorm)
+	}
+	if !(learningRate >= 0) || math.IsInf(float64(learningRate), 1) {
+		return ApplyResult{}, fmt.Errorf("bertgraph: learning rate %v is not a finite number >= 0", learningRate)
 	}
 	if !(gradientScale > 0) || math.IsInf(float64(gradientScale), 1) {
 		return ApplyResult{}, fmt.Errorf("bertgraph: gradient scale %v is not a positive finite number", gradientScale)

@@ -459,9 +459,10 @@ func (c *Config) check() error {
 			bad("--%s %d must not be negative", name, v)
 		}
 	}
+	// The model computes in float32: a value past its range would reach it as infinity.
 	finitePositive := func(name string, v float64) {
-		if !(v > 0) || math.IsInf(v, 0) {
-			bad("--%s %v must be a finite positive number", name, v)
+		if !(v > 0) || v > math.MaxFloat32 {
+			bad("--%s %v must be a finite positive number (at most %g, float32's largest)", name, v, math.MaxFloat32)
 		}
 	}
 	if c.DoTrain {

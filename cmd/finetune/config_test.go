@@ -76,6 +76,9 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_train", "--train_batch_size=0"}, "--train_batch_size 0 must be positive"},
 		{[]string{"--do_train", "--learning_rate=-1"}, "--learning_rate -1"},
 		{[]string{"--do_train", "--num_train_epochs=inf"}, "--num_train_epochs +Inf must be a finite positive number"},
+		// Finite in float64, infinite in the model's float32.
+		{[]string{"--do_train", "--clip_norm=1e39"}, "--clip_norm 1e+39 must be a finite positive number (at most 3.4028234663852886e+38"},
+		{[]string{"--do_train", "--learning_rate=1e39"}, "--learning_rate 1e+39 must be a finite positive number"},
 		{[]string{"--do_eval", "--eval_batch_size=0"}, "--eval_batch_size 0"},
 		{[]string{"--do_predict", "--max_seq_length=2"}, "--max_seq_length 2"},
 		{[]string{"--do_train", "--keep_checkpoint_max=-1"}, "--keep_checkpoint_max -1"},
