@@ -64,8 +64,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case cfg.model == "":
 		return nil, errors.New("--model is required (a serving export: output_dir/export/<step>, or output_dir/export)")
-	case cfg.batchSize < 1:
-		return nil, fmt.Errorf("--batch_size %d: must be at least 1", cfg.batchSize)
+	case cfg.batchSize < 1 || cfg.batchSize > maxBatchSize:
+		return nil, fmt.Errorf("--batch_size %d: must be 1 to %d", cfg.batchSize, maxBatchSize)
 	case cfg.threads < 0 || cfg.threads > 1<<20:
 		return nil, fmt.Errorf("--threads %d: must be 0 (TensorFlow's default) or a positive count", cfg.threads)
 	}
@@ -76,10 +76,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	return cfg, nil
 }
 
+// maxBatchSize bounds --batch_size: far beyond what one session run can hold, short of sizes
+// whose batch buffer alone would not fit in memory.
+const maxBatchSize = 1 << 20
+
 // classify opens every input first (a missing file fails before the model loads and before any
 // output), then streams the lines through the classifier one batch at a time. A line that is not
 // valid UTF-8 is named on stderr (the tokenizer drops the invalid bytes, as BERT's does), or
-// fails the run with --strict.
+// fails the run with --strict. On any failure the output holds every row classified before it,
+// whole: it ends at a row's end, never inside one.
 func classify(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	inputs := make([]input, 0, len(cfg.inputs))
 	defer func() {
@@ -121,7 +126,12 @@ func classify(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (err error
 	defer func() { err = errors.Join(err, cl.Close()) }()
 
 	w := &writer{out: bufio.NewWriter(stdout), labels: cl.Labels(), header: cfg.header}
-	batch := make([]string, 0, cfg.batchSize)
+	defer func() {
+		if err != nil { // the rows buffered so far are whole: the output ends at a row's end
+			w.out.Flush()
+		}
+	}()
+	batch := make([]string, 0, min(cfg.batchSize, 1024))
 	var where []position // input position of each text in batch, for error messages
 	flush := func() error {
 		if len(batch) == 0 {

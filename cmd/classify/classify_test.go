@@ -214,6 +214,12 @@ func TestInvalidUTF8LinesAreNamed(t *testing.T) {
 	if code != 1 || out != "" || !strings.Contains(stderr, "classify: standard input:2: invalid UTF-8 at byte 3 of the line (--strict)") {
 		t.Errorf("--strict: exit %d, stdout %q, stderr %q: want 1, no result and an error naming line 2", code, out, stderr)
 	}
+	// A bad line after some batches: the output is the rows classified before it, whole.
+	code, out, stderr = classifyCmd(t, "w1 w2\nw3\nw4 \xff\nw5\n", "--model", fixture.latest, "--strict", "--batch_size", "1")
+	if code != 1 || !strings.Contains(stderr, "standard input:3: invalid UTF-8") {
+		t.Fatalf("--strict, bad line 3, batches of 1: exit %d, stderr %q", code, stderr)
+	}
+	checkRows(t, out, reference(t, fixture.latest, []string{"w1 w2", "w3"}))
 }
 
 // Each bad input fails with a message that names what is wrong, and writes no result.
@@ -242,6 +248,7 @@ func TestBadInputsAreNamed(t *testing.T) {
 		{"missing input", []string{"--model", fixture.latest, file, missing}, 1, []string{missing, "no such file"}},
 		{"input is a directory", []string{"--model", fixture.latest, file, dir}, 1, []string{"reading " + dir + " (line 1)"}},
 		{"batch size 0", []string{"--model", fixture.latest, "--batch_size", "0"}, 2, []string{"--batch_size 0"}},
+		{"batch size past any memory", []string{"--model", fixture.latest, "--batch_size", "100000000000000"}, 2, []string{"--batch_size 100000000000000: must be 1 to 1048576"}},
 		{"negative threads", []string{"--model", fixture.latest, "--threads", "-1"}, 2, []string{"--threads -1"}},
 		{"no pairs", []string{"--model", fixture.latest, "--pairs"}, 2, []string{"-pairs"}},
 	} {
