@@ -654,7 +654,7 @@ func TestWireRoundTrip(t *testing.T) {
 }
 
 func TestInitWithoutLauncherIsSizeOne(t *testing.T) {
-	for _, v := range []string{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"} {
+	for _, v := range []string{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"} {
 		t.Setenv(v, "")
 		os.Unsetenv(v)
 	}

@@ -14,11 +14,13 @@ type Launcher struct {
 
 // launcherVariables are the rank and size variables of each launcher, in the order they win:
 // OpenMPI's first, since srun can start an mpirun (whose ranks then inherit Slurm's variables),
-// then PMI's (MPICH's mpiexec, srun --mpi=pmi2), then Slurm's.
+// then PMI's (MPICH's mpiexec, srun --mpi=pmi2), then Slurm's. Slurm's size is the step's task
+// count, which only srun sets: a batch script itself runs as task 0 of the allocation, with
+// SLURM_PROCID=0 and SLURM_NTASKS, and a program it starts without srun is a job of its own.
 var launcherVariables = []struct{ name, rank, size string }{
 	{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
 	{"mpiexec", "PMI_RANK", "PMI_SIZE"},
-	{"srun", "SLURM_PROCID", "SLURM_NTASKS"},
+	{"srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
 }
 
 // DetectLauncher reads the launcher's variables through lookup (os.LookupEnv). A launcher whose

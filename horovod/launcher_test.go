@@ -17,9 +17,11 @@ func TestDetectLauncher(t *testing.T) {
 		{nil, Launcher{Size: 1}},
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3"}, Launcher{"mpirun", 1, 3}},
 		{map[string]string{"PMI_RANK": "2", "PMI_SIZE": "4"}, Launcher{"mpiexec", 2, 4}},
-		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, Launcher{"srun", 0, 2}},
-		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, Launcher{"mpirun", 1, 2}},
-		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "PMI_RANK": "3", "PMI_SIZE": "4"}, Launcher{"mpiexec", 3, 4}},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}, Launcher{"srun", 0, 2}},
+		// A program a batch script starts without srun: the script's own task 0 of the allocation.
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, Launcher{Size: 1}},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "8", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, Launcher{"mpirun", 1, 2}},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "8", "PMI_RANK": "3", "PMI_SIZE": "4"}, Launcher{"mpiexec", 3, 4}},
 		// A size without a rank is no launcher's complete description.
 		{map[string]string{"OMPI_COMM_WORLD_SIZE": "2"}, Launcher{Size: 1}},
 	} {
@@ -34,8 +36,8 @@ func TestDetectLauncherRefuses(t *testing.T) {
 	for _, env := range []map[string]string{
 		{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"},
 		{"PMI_RANK": "-1", "PMI_SIZE": "2"},
-		{"SLURM_PROCID": "0", "SLURM_NTASKS": "0"},
-		{"SLURM_PROCID": "x", "SLURM_NTASKS": "2"},
+		{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "0"},
+		{"SLURM_PROCID": "x", "SLURM_STEP_NUM_TASKS": "2"},
 	} {
 		_, err := DetectLauncher(lookupIn(env))
 		if err == nil || !strings.HasSuffix(err.Error(), "not a rank within a size") {

@@ -218,7 +218,7 @@ func TestLauncherAndMPIMustAgree(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "SLURM_PROCID=1", "SLURM_NTASKS=2")
+	cmd.Env = append(os.Environ(), "SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2")
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil || err == nil {
 		t.Fatalf("want a prompt failure, got %v:\n%s", err, out)

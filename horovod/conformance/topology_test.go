@@ -37,7 +37,7 @@ func TestTopologyMatchesLauncher(t *testing.T) {
 		// Slurm's node index is the cross rank when the tasks are dealt in blocks (srun's default
 		// with -n and -N) and no node has more tasks than one before it, as in its layouts.
 		launcherVars = map[string]int{
-			"SLURM_PROCID": hvd.Rank(), "SLURM_NTASKS": hvd.Size(),
+			"SLURM_PROCID": hvd.Rank(), "SLURM_STEP_NUM_TASKS": hvd.Size(),
 			"SLURM_LOCALID": hvd.LocalRank(), "SLURM_NODEID": hvd.CrossRank(),
 		}
 	}
