@@ -8,9 +8,9 @@ on localhost, ring collectives), each training the exporter's BERT classifier (t
 bert_config.json and label count as the training SavedModel DIR) on its file of
 run_classifier records: the train.tf_record shards that gorovod's finetune wrote for the same
 ranks, so both read the same examples. One step = forward and backward with dropout, gradients
-densified (sparse_as_dense, as gorovod's train_step), all-reduced (mean) across workers, then
-AdamWeightDecay with global-norm clipping: the same work as gorovod's train_step + allreduce +
-apply_gradients. Prints one JSON line: {"examples_per_sec": ..., "workers": ..., ...}, the rate
+densified and all-reduced (mean) across workers, then AdamWeightDecay with global-norm
+clipping: the same work as gorovod's train_step + allreduce + apply_gradients with
+--sparse_as_dense (by default gorovod allgathers the word embeddings' looked-up rows instead). Prints one JSON line: {"examples_per_sec": ..., "workers": ..., ...}, the rate
 of the steps after the warmup, all workers together.
 """
 import argparse
