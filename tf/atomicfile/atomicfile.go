@@ -50,29 +50,20 @@ func tempPrefix(path string) string {
 // can be as large as the file. Call it only where no other writer of path can be at work (the
 // caller holds the directory), since it cannot tell a live writer's file from a dead one's.
 func RemoveStale(path string) error {
-	stale, err := filepath.Glob(globEscape(tempPrefix(path)) + "*")
+	dir, prefix := filepath.Dir(path), filepath.Base(tempPrefix(path))
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, p := range stale {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// globEscape quotes the characters filepath.Match treats as a pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // Commit flushes, syncs and renames the file into place.
