@@ -69,16 +69,8 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 		// gorovod's ranks wait sleeping in any case (GOROVOD_MPI_WAIT).
 		add(mpirunArg{"oversubscribe", []string{"--oversubscribe"}})
 	}
-	var ssh []string
-	if o.sshPort != 0 {
-		ssh = append(ssh, "-p", strconv.Itoa(o.sshPort))
-	}
-	if o.sshIdentityFile != "" {
-		ssh = append(ssh, "-i", o.sshIdentityFile)
-	}
-	if ssh != nil {
-		// Options mpirun puts on each ssh command line it starts a host's daemon with.
-		add(mcaArg("plm_rsh_args", shellLine(ssh)))
+	if ssh := sshArgs(o); ssh != nil {
+		add(*ssh)
 	}
 	setByFlags := map[string]bool{}
 	if o.nics != nil {
@@ -103,7 +95,7 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 			continue // the flag's value wins over the environment's
 		}
 		add(mpirunArg{"x:" + name, []string{"-x", name}})
-		if strings.HasPrefix(name, "HOROVOD_") && !horovod.ReadsVariable(name) {
+		if strings.HasPrefix(name, "HOROVOD_") && !horovod.ReadsVariable(name) && name != startTimeoutVariable {
 			warnings = append(warnings, fmt.Sprintf("%s is forwarded, but gorovod's horovod package does not read it", name))
 		}
 	}
@@ -126,18 +118,32 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 		}
 	}
 	argv = append(argv, o.mpiArgs...)
-	if len(hosts) > 1 && o.nics == nil && !replaced["mca:btl_tcp_if_include"] && !replaced["mca:btl_tcp_if_exclude"] &&
-		!slices.ContainsFunc(env, func(kv string) bool {
-			return strings.HasPrefix(kv, "OMPI_MCA_btl_tcp_if_include=") || strings.HasPrefix(kv, "OMPI_MCA_btl_tcp_if_exclude=")
-		}) {
-		// horovodrun probes every host for the interfaces they share; gorovodrun does not, and
-		// Open MPI's TCP transport otherwise tries them all, a docker bridge (the same address
-		// on every machine) included, which can hang the job.
-		warnings = append(warnings, fmt.Sprintf("ranks on %d machines and no --network-interface: MPI may try an "+
-			"interface the machines cannot reach each other on (docker0, a link that is down) and hang; "+
-			"name the one they share (horovodrun would look for it, gorovodrun does not)", len(hosts)))
+	if needsProbe(o, env) {
+		// A launch probes the hosts for the interfaces they share (probeInterfaces) and sets
+		// o.nics; without it, Open MPI's TCP transport tries them all, a docker bridge (the
+		// same address on every machine) included, which can hang the job.
+		warnings = append(warnings, fmt.Sprintf("ranks on %d machines and no network interface chosen: MPI may try one "+
+			"the machines cannot reach each other on (docker0, a link that is down) and hang; "+
+			"name the one they share with --network-interface", len(hosts)))
 	}
 	return append(argv, o.command...), warnings
+}
+
+// sshArgs is the setting that puts -p and -i on each ssh command line mpirun starts a host's
+// daemon with; nil without them.
+func sshArgs(o options) *mpirunArg {
+	var ssh []string
+	if o.sshPort != 0 {
+		ssh = append(ssh, "-p", strconv.Itoa(o.sshPort))
+	}
+	if o.sshIdentityFile != "" {
+		ssh = append(ssh, "-i", o.sshIdentityFile)
+	}
+	if ssh == nil {
+		return nil
+	}
+	a := mcaArg("plm_rsh_args", shellLine(ssh))
+	return &a
 }
 
 // checkForwardedValues refuses a setting every rank's horovod.Init would refuse (the HOROVOD_*

@@ -74,13 +74,11 @@ func TestCommandAllFlags(t *testing.T) {
 	}
 }
 
-// A later tuning flag for the same variable replaces the earlier (--stall-check after
-// --no-stall-check), as with horovodrun's argparse.
 // Ranks on several machines with no interface chosen for MPI (by --network-interface, mpirun's
-// btl_tcp_if_include or _exclude in --mpi-args or the environment) are warned about: horovodrun
-// would look for the interfaces the machines share.
-func TestSeveralMachinesWithoutAnInterfaceWarn(t *testing.T) {
-	const warning = "ranks on 2 machines and no --network-interface"
+// btl_tcp_if_include or _exclude in --mpi-args or the environment) are what a launch probes the
+// machines for (as horovodrun), and a command line without that probe's result is warned about.
+func TestSeveralMachinesWithoutAnInterfaceAreProbed(t *testing.T) {
+	const warning = "ranks on 2 machines and no network interface chosen"
 	for _, tc := range []struct {
 		args []string
 		env  []string
@@ -99,6 +97,9 @@ func TestSeveralMachinesWithoutAnInterfaceWarn(t *testing.T) {
 		warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, warning) })
 		if warned != tc.warn {
 			t.Errorf("%q with %q: warnings %q; want the interface warning: %v", tc.args, tc.env, warnings, tc.warn)
+		}
+		if got := needsProbe(o, tc.env); got != tc.warn {
+			t.Errorf("%q with %q: needsProbe %v, want %v", tc.args, tc.env, got, tc.warn)
 		}
 	}
 }

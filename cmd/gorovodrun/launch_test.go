@@ -344,3 +344,40 @@ func TestLaunchVerbose(t *testing.T) {
 		t.Errorf("the rank printed %q", out)
 	}
 }
+
+// Ranks on two machines simulated with network namespaces (scripts/fake-nodes/login.sh), each
+// with its own network stack and a docker bridge whose address, 172.17.0.1, every machine has:
+// without --network-interface gorovodrun probes the machines and gives MPI and NCCL fake0, the
+// one interface on which each reaches the other, not docker0, on which each reaches itself (an
+// MPI job over it hangs: make test-launcher runs one). Needs root; runs when
+// GOROVOD_TEST_FAKE_NODES is set (make test-launcher).
+func TestLaunchProbesInterfaces(t *testing.T) {
+	if os.Getenv("GOROVOD_TEST_FAKE_NODES") == "" {
+		t.Skip("set GOROVOD_TEST_FAKE_NODES=1 to simulate two machines (needs root; make test-launcher does)")
+	}
+	requireMpirun(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := filepath.Join(root, "scripts/fake-nodes/login.sh")
+	cmd := gorovodrun(t, 60*time.Second, "--verbose", "-np", "3", "-H", "nodea:2,nodeb:1",
+		"--mpi-args", "--mca plm_rsh_agent "+filepath.Join(root, "scripts/fake-nodes/rsh-agent.sh")+" --mca oob_tcp_if_include 198.18.0.0/15",
+		"/bin/sh", "-c", "echo $(hostname) $NCCL_SOCKET_IFNAME")
+	cmd.Args = append([]string{login, "nodea,nodeb"}, cmd.Args...)
+	cmd.Path = login
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if got, want := sortedLines(out), []string{"nodea fake0", "nodea fake0", "nodeb fake0"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ranks printed %q, want %q\n%s", got, want, stderr.String())
+	}
+	for _, want := range []string{"gorovodrun: every machine is reached on fake0 (probed)", "--mca btl_tcp_if_include fake0"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultSigkillTimeout is Open MPI's odls_base_sigkill_timeout for the job, Open MPI's own
@@ -26,6 +27,8 @@ type options struct {
 	sshPort         int
 	sshIdentityFile string
 	nics            []string
+	// startTimeoutSeconds bounds probeInterfaces; 0: HOROVOD_START_TIMEOUT or DefaultStartTimeout.
+	startTimeoutSeconds int
 
 	oversubscribe   bool
 	sigkillTimeout  int
@@ -114,6 +117,14 @@ var flagSpecs = []flagSpec{
 			}
 			o.nics = append(o.nics, nic)
 		}
+		return nil
+	}},
+	{[]string{"--start-timeout"}, "SECONDS", fmt.Sprintf("ranks on several machines and no --network-interface: the probe of the machines for the interfaces they share has SECONDS to report (default HOROVOD_START_TIMEOUT or %d)", DefaultStartTimeout), func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want an integer >= 1")
+		}
+		o.startTimeoutSeconds = n
 		return nil
 	}},
 	{[]string{"--oversubscribe"}, "", "let ranks outnumber slots and cores (one small machine)", func(o *options, _ string) error {
@@ -218,8 +229,38 @@ var refusedFlags = []refusedFlag{
 		"gorovod has no elastic training"},
 	{[]string{"--config-file"},
 		"give the settings as flags"},
-	{[]string{"-cb", "--check-build", "--disable-cache", "--start-timeout", "-v", "--version"},
+	{[]string{"-cb", "--check-build", "--disable-cache", "-v", "--version"},
 		"gorovodrun runs no checks of its own before mpirun: mpirun reports unreachable hosts itself"},
+}
+
+// startTimeoutVariable is horovodrun's variable for --start-timeout, which gorovodrun reads
+// (the ranks do not).
+const startTimeoutVariable = "HOROVOD_START_TIMEOUT"
+
+// startTimeout is how long the probes of the hosts have: --start-timeout, else
+// HOROVOD_START_TIMEOUT of env (seconds, as horovodrun reads it), else DefaultStartTimeout.
+func (o options) startTimeout(env []string) (time.Duration, error) {
+	n := o.startTimeoutSeconds
+	if n == 0 {
+		n = DefaultStartTimeout
+		if v, ok := lookupEnv(env, startTimeoutVariable); ok {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 {
+				return 0, fmt.Errorf("%s=%q: want an integer number of seconds >= 1", startTimeoutVariable, v)
+			}
+		}
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// lookupEnv finds name's value in env, the first of the name as getenv does.
+func lookupEnv(env []string, name string) (string, bool) {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 func nonEmpty(v string) error {
