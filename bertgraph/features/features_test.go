@@ -300,6 +300,7 @@ func TestBadInput(t *testing.T) {
 		{"label", "0\tgood\n7\tbad label\n", `label "7" is not in the label list`, 2},
 		{"utf8", "0\tgood\n1\tbad \xff byte\n", "invalid UTF-8 at byte 6", 2},
 		{"crlf", "0\tgood\r\n", "CRLF", 1},
+		{"cr", "0\tgood\n0\tgood\r1\tbad\r0\tworse\n", "CR (carriage return) at byte 6: CR line endings", 2},
 		{"bom", "\ufeff0\tgood\n1\tok\n", "byte order mark", 1},
 		{"blank", "0\tgood\n\n1\tok\n", "blank line", 2},
 	}

@@ -232,6 +232,11 @@ func lineReason(raw []byte, lineNo int) string {
 		return "starts with a UTF-8 byte order mark (U+FEFF); save the file without BOM"
 	case bytes.HasSuffix(raw, []byte{'\r'}):
 		return "ends with CR: CRLF line endings; convert the file to LF endings"
+	case bytes.IndexByte(raw, '\r') >= 0:
+		// Lines end at LF only (as TensorFlow's GFile reads them for run_classifier.py, whose
+		// csv.reader then refuses a CR in a field): a file with CR line endings would be one
+		// line, its examples folded into one text.
+		return fmt.Sprintf("holds a CR (carriage return) at byte %d: CR line endings, or a CR in the text; convert the file to LF endings", bytes.IndexByte(raw, '\r'))
 	case len(bytes.TrimSpace(raw)) == 0:
 		return "blank line"
 	case !utf8.Valid(raw):
