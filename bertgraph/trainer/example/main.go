@@ -20,6 +20,8 @@ import (
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/bertgraph/trainer"
 	"github.com/gorovod/gorovod/horovod"
+	// The MPI backend, for runs under mpirun (a program that imports no backend runs alone).
+	_ "github.com/gorovod/gorovod/horovod/mpi"
 )
 
 func main() {
