@@ -43,7 +43,7 @@ func (t *Trainer) gradientBuffer() (grads *bertgraph.FlatTensors, free func() er
 		case "nccl":
 			t.infof("gradients in the nccl backend's pinned host memory (%.1f MB): its allreduce reads and writes them in place, no staging copy", float64(4*n)/1e6)
 		case "mpi":
-			t.infof("gradients in the mpi backend's shared memory (%.1f MB): the ranks on this machine sum them in place, each its share of every rank's", float64(4*n)/1e6)
+			t.infof("gradients in the mpi backend's shared memory (%.1f MB): the ranks on this machine sum them in place, each rank its share of all the ranks' gradients", float64(4*n)/1e6)
 		default:
 			t.infof("gradients in the %s backend's host memory (%.1f MB)", t.hvd.Backend(), float64(4*n)/1e6)
 		}

@@ -1,7 +1,9 @@
 package trainer
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -101,15 +103,27 @@ func (t *Trainer) named(f *bertgraph.FlatTensors) []horovod.NamedTensor {
 // request: every step draws a batch of data (this rank's examples), computes the gradients, sums
 // them over the ranks and applies the average; rank 0 reports the step, writes its summaries and
 // saves the checkpoints, the last one after the last step. A resumed run first skips the batches
-// drawn before the checkpoint, so it trains on the examples an uninterrupted run would.
+// drawn before the checkpoint, so it trains on the examples an uninterrupted run would. The
+// schedule counts epochs over data, so data must repeat (tfrecord.DatasetOptions.Repeat): data
+// that ends first is an error naming the step.
 func (t *Trainer) Train(data *tfrecord.Dataset, from Position) (Result, error) {
 	if from.Step >= t.opts.Schedule.TrainSteps {
 		return Result{Step: from.Step}, nil
 	}
 	if err := skipBatches(data, from.Batches, t.opts.BatchSize); err != nil {
-		return Result{Step: from.Step}, err
+		return Result{Step: from.Step}, t.dataEnded(err, from.Step)
 	}
-	return t.loop(data, from.Step, from.Batches)
+	res, err := t.loop(data, from.Step, from.Batches)
+	return res, t.dataEnded(err, res.Step)
+}
+
+// dataEnded explains an io.EOF from the training data at step; other errors pass unchanged.
+func (t *Trainer) dataEnded(err error, step int64) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	return fmt.Errorf("trainer: the training data ended at step %d of %d on rank %d: the schedule counts epochs "+
+		"over it, so open it with tfrecord.DatasetOptions.Repeat: %w", step, t.opts.Schedule.TrainSteps, t.rank, err)
 }
 
 // loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,

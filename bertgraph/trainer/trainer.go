@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 	"github.com/gorovod/gorovod/tf/checkpoint"
 )
 
-// Options configure a Trainer. Dir, Schedule and BatchSize are required; the rest has defaults.
+// Options configure a Trainer. Dir, Schedule, BatchSize and ClipNorm are required; the rest has
+// defaults.
 type Options struct {
 	// Dir is the rank's output directory, made if missing: on rank 0 the checkpoints and the
 	// TensorBoard events file, on the others the copy of the checkpoint rank 0 resumes from (under
@@ -34,7 +36,7 @@ type Options struct {
 	BatchSize int
 	// Seed seeds the dropout of every step: rank r's step s uses (Seed + r, s).
 	Seed int64
-	// ClipNorm is the global norm the averaged gradients are clipped to.
+	// ClipNorm is the global norm the averaged gradients are clipped to (BERT's is 1).
 	ClipNorm float64
 	// Compression is how the gradients cross the wire in the allreduce (float32, or compressed
 	// to float16 or bfloat16).
@@ -145,6 +147,9 @@ func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, 
 		return nil, fmt.Errorf("trainer: batch size %d per rank, want at least 1", opts.BatchSize)
 	case opts.Schedule.TrainSteps <= 0:
 		return nil, errors.New("trainer: no schedule (Options.Schedule, from schedule.New)")
+	case !(opts.ClipNorm > 0) || opts.ClipNorm > math.MaxFloat32:
+		// Checked here, not at the first step's Apply: after Start's broadcast, on every rank alike.
+		return nil, fmt.Errorf("trainer: clip norm %v, want a positive float32 (Options.ClipNorm; BERT's is 1)", opts.ClipNorm)
 	}
 	if opts.Logf == nil {
 		opts.Logf = log.Printf

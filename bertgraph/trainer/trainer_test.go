@@ -1,7 +1,11 @@
 package trainer_test
 
 import (
+	"errors"
+	"io"
+	"math"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -94,5 +98,48 @@ func TestStopThenResume(t *testing.T) {
 		if st.Step != int64(3+i) || st.Examples != 8 || !(st.Loss > 0) || st.LR != sched.LearningRate(int64(2+i)) {
 			t.Errorf("resumed run's report %d: %+v", i, st)
 		}
+	}
+}
+
+// New refuses a clip norm Apply would refuse at the first step (after Start's broadcast); Train
+// on data that ends before the schedule says why, naming the step (the schedule's 8 steps over
+// 32 examples read once end at step 4).
+func TestBadClipNormAndEndingData(t *testing.T) {
+	hvd, err := horovod.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	sched, err := schedule.New(32, 8, 2, 0, 1e-3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, clip := range []float64{0, -1, math.Inf(1), math.NaN(), 1e39} {
+		_, err := trainer.New(hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: clip})
+		if err == nil || !strings.Contains(err.Error(), "clip norm") {
+			t.Errorf("ClipNorm %v: %v, want an error naming the clip norm", clip, err)
+		}
+	}
+	tr, err := trainer.New(hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := tr.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	res, err := tr.Train(data, from)
+	if !errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "ended at step 4 of 8") || !strings.Contains(err.Error(), "Repeat") || res.Step != 4 {
+		t.Errorf("Train over data read once: step %d, %v; want io.EOF at step 4 of 8, naming Repeat", res.Step, err)
 	}
 }
