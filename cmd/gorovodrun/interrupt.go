@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/term"
 )
@@ -51,6 +52,11 @@ func launch(path string, argv, env []string, stderr io.Writer) int {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var interrupted os.Signal
+	// mpirun forwards a signal to the ranks that exist, and a rank's Go runtime drops it until
+	// the program asks for it: a Ctrl-C right after the launch would be lost on ranks still
+	// starting (the whole job ran to its end). So the request is repeated until the job ends;
+	// finetune acts on the first.
+	var repeat <-chan time.Time
 	for {
 		select {
 		case sig := <-signals:
@@ -58,24 +64,39 @@ func launch(path string, argv, env []string, stderr io.Writer) int {
 				interrupted = sig
 				fmt.Fprintf(stderr, "gorovodrun: %v: asking every rank to stop (again to end the job at once)\n", sig)
 				cmd.Process.Signal(stopSignal)
+				ticker := time.NewTicker(stopRepeat)
+				defer ticker.Stop()
+				repeat = ticker.C
 			} else {
+				repeat = nil
 				cmd.Process.Signal(syscall.SIGINT)
 			}
+		case <-repeat:
+			cmd.Process.Signal(stopSignal)
 		case err := <-done:
 			return exitStatus(err, interrupted)
 		}
 	}
 }
 
-// exitStatus is what gorovodrun exits with after mpirun ended with err (see launch).
+// stopRepeat is how often an interrupted job's ranks are asked again to stop (see launch).
+const stopRepeat = 500 * time.Millisecond
+
+// exitStatus is what gorovodrun exits with after mpirun ended with err (see launch). An
+// interrupted job whose ranks or mpirun the request itself ended (a rank still loading its
+// libraries has SIGUSR2's default action, to end) exits as interrupted.
 func exitStatus(err error, interrupted os.Signal) int {
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
+		status := ee.ExitCode()
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+			status = 128 + int(ws.Signal())
 		}
-		return ee.ExitCode()
+		if interrupted != nil && status == 128+int(stopSignal) {
+			return 128 + int(interrupted.(syscall.Signal))
+		}
+		return status
 	case err != nil:
 		return exitCannotExec
 	case interrupted != nil:

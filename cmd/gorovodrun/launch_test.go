@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,22 +103,25 @@ func TestLaunchExitStatus(t *testing.T) {
 	}
 }
 
-// Ctrl-C on gorovodrun reaches every rank at once as SIGUSR2, whatever the sigkill timeout: a
-// rank whose stop takes longer than two sigkill timeouts (finetune's rank 0 writing its
-// checkpoint) finishes it, and the interrupted job exits 130 though its ranks exit 0. A second
-// Ctrl-C ends the job at once, whatever the ranks do with SIGUSR2.
+// Ctrl-C on gorovodrun reaches every rank at once as SIGUSR2 (repeated until the job ends),
+// whatever the sigkill timeout: a rank whose stop takes longer than two sigkill timeouts
+// (finetune's rank 0 writing its checkpoint) finishes it, and the interrupted job exits 130
+// though its ranks exit 0. A second Ctrl-C ends the job at once, whatever the ranks do with
+// SIGUSR2.
 func TestLaunchCtrlC(t *testing.T) {
 	requireMpirun(t)
 	for _, tc := range []struct {
-		name, onStop string
-		ctrlC        int
-		want         []string
+		name, rank string
+		ctrlC      int
+		want       []string
 	}{
-		{"once", "sleep 3; echo saved $OMPI_COMM_WORLD_RANK; exit 0", 1, []string{"saved 0", "saved 1"}},
-		{"twice", "", 2, nil}, // the ranks ignore SIGUSR2
+		// As finetune: the first request stops the rank, the repeats are ignored.
+		{"once", `trap 'stop=1' USR2; echo ready; while [ -z "$stop" ]; do sleep 0.1; done; trap '' USR2; sleep 3; echo saved $OMPI_COMM_WORLD_RANK; exit 0`,
+			1, []string{"saved 0", "saved 1"}},
+		{"twice", `trap '' USR2; echo ready; while :; do sleep 0.1; done`, 2, nil}, // the ranks ignore SIGUSR2
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rank := `trap '` + tc.onStop + `' USR2; echo ready; while :; do sleep 0.1; done`
+			rank := tc.rank
 			cmd := gorovodrun(t, 60*time.Second, "-np", "2", "--sigkill-timeout", "1", "/bin/sh", "-c", rank)
 			lines := startReady(t, cmd)
 			for range tc.ctrlC {
@@ -140,6 +144,40 @@ func TestLaunchCtrlC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Ctrl-C as soon as mpirun runs, before it has started the ranks (which mpirun's forwarding
+// would miss) or while they start: the job still stops at once, and exits 130.
+func TestLaunchCtrlCAtStart(t *testing.T) {
+	requireMpirun(t)
+	cmd := gorovodrun(t, 60*time.Second, "-np", "2", "/bin/sh", "-c", `trap 'exit 0' USR2; sleep 20 & wait`)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// gorovodrun catches SIGINT from before it starts mpirun.
+	for !hasChild(cmd.Process.Pid, "mpirun") {
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("no mpirun after 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Errorf("exited %v, want 130", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v: the ranks missed the stop request", took)
+	}
+}
+
+// hasChild reports whether process pid has a child process named name.
+func hasChild(pid int, name string) bool {
+	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(pid), "-x", name).Output()
+	return len(out) > 0
 }
 
 // gorovodrun killed outright (kill -9) takes its job with it: mpirun gets SIGUSR2, its Ctrl-C,

@@ -401,9 +401,9 @@ func printUsage(w io.Writer) {
 Starts COMMAND as N ranks of a gorovod job through Open MPI's mpirun, as horovodrun does, and
 forwards its environment to every rank (all but shell functions, OLDPWD, *_SECRET_KEY, MPI's own
 OMPI_*, PMIX_* and PMI_*, and HOSTNAME, SHLVL, _). A Ctrl-C (or SIGTERM) becomes SIGUSR2 to every
-rank at once, which finetune takes as an interrupt (every rank stops after the same step, rank 0
-checkpoints; exit status 130); a second one ends the job at once. Otherwise the exit status is
-mpirun's.
+rank at once, repeated every 0.5 s until the job ends (a rank still starting would miss one),
+which finetune takes as an interrupt (every rank stops after the same step, rank 0 checkpoints;
+exit status 130); a second one ends the job at once. Otherwise the exit status is mpirun's.
 
 flags:
 `)
