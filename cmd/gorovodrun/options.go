@@ -229,8 +229,10 @@ var refusedFlags = []refusedFlag{
 		"gorovod has no elastic training"},
 	{[]string{"--config-file"},
 		"give the settings as flags"},
-	{[]string{"-cb", "--check-build", "--disable-cache", "-v", "--version"},
-		"gorovodrun runs no checks of its own before mpirun: mpirun reports unreachable hosts itself"},
+	{[]string{"--disable-cache"},
+		"gorovodrun keeps no cache of host checks: mpirun reports unreachable hosts itself"},
+	{[]string{"-cb", "--check-build", "-v", "--version"},
+		"gorovodrun has no version or build report of its own: the backends a program has are the ones it imports (horovod/mpi, horovod/ncclbackend), and `mpirun --version` names Open MPI's"},
 }
 
 // startTimeoutVariable is horovodrun's variable for --start-timeout, which gorovodrun reads
