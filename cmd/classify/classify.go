@@ -241,7 +241,9 @@ func (w *writer) rows(preds []bertgraph.Prediction) error {
 }
 
 // resolveModel returns dir if it is a SavedModel, else the highest numeric version below it
-// (TensorFlow Serving's layout: export/<version>/saved_model.pb; other names are ignored).
+// that holds one (TensorFlow Serving's layout: export/<version>/saved_model.pb; other names are
+// ignored, and so are numbered directories without a saved_model.pb: finetune's output_dir/<rank>
+// holds that rank's features, its export is output_dir/export).
 func resolveModel(dir string) (string, error) {
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -263,12 +265,19 @@ func resolveModel(dir string) (string, error) {
 		if err != nil || v < 0 || !e.IsDir() {
 			continue
 		}
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), "saved_model.pb")); err != nil {
+			continue
+		}
 		if v > bestVersion {
 			best, bestVersion = e.Name(), v
 		}
 	}
 	if best == "" {
-		return "", fmt.Errorf("--model %s: neither a SavedModel (no saved_model.pb) nor an export directory of numbered versions (finetune writes output_dir/export/<step>)", dir)
+		hint := ""
+		if _, err := os.Stat(filepath.Join(dir, "export")); err == nil {
+			hint = fmt.Sprintf("; %s holds finetune's export", filepath.Join(dir, "export"))
+		}
+		return "", fmt.Errorf("--model %s: neither a SavedModel (no saved_model.pb) nor an export directory of numbered versions holding one (finetune writes output_dir/export/<step>)%s", dir, hint)
 	}
 	return filepath.Join(dir, best), nil
 }

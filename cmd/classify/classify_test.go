@@ -20,7 +20,8 @@ import (
 // every text gets its own probabilities) and finetune's export layout below it, exported with
 // bertgraph's ExportServing as finetune does: export/2 names the labels a,b,c and export/10
 // neg,mid,pos, so the label column tells which version served (10 is the highest number but not
-// the last name in lexical order); export/tmp is not a version and is ignored.
+// the last name in lexical order); export/tmp is not a version and export/99, holding no
+// saved_model.pb, is none either: both are ignored.
 var fixture struct {
 	training string // the training SavedModel
 	exports  string // .../export
@@ -66,7 +67,10 @@ func writeFixture(dir string) error {
 		}
 	}
 	fixture.latest = filepath.Join(fixture.exports, "10")
-	return os.Mkdir(filepath.Join(fixture.exports, "tmp"), 0o755)
+	if err := os.Mkdir(filepath.Join(fixture.exports, "tmp"), 0o755); err != nil {
+		return err
+	}
+	return os.Mkdir(filepath.Join(fixture.exports, "99"), 0o755)
 }
 
 // classifyCmd runs the command in-process with stdin and returns its exit status, stdout and
@@ -230,6 +234,13 @@ func TestBadInputsAreNamed(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(notModel, "draft"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// finetune's output_dir of a 3-rank run: ranks 1 and 2's features in numbered directories.
+	outputDir := filepath.Join(dir, "output")
+	for _, sub := range []string{"1", "2", "export"} {
+		if err := os.MkdirAll(filepath.Join(outputDir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	file := filepath.Join(dir, "file.txt")
 	if err := os.WriteFile(file, []byte("w1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -244,6 +255,7 @@ func TestBadInputsAreNamed(t *testing.T) {
 		{"missing model", []string{"--model", filepath.Join(dir, "nope"), file}, 1, []string{filepath.Join(dir, "nope"), "no such file"}},
 		{"model is a file", []string{"--model", file}, 1, []string{file, "not a directory"}},
 		{"no SavedModel, no versions", []string{"--model", notModel, file}, 1, []string{notModel, "saved_model.pb", "numbered versions"}},
+		{"finetune's output_dir", []string{"--model", outputDir, file}, 1, []string{"numbered versions", filepath.Join(outputDir, "export") + " holds finetune's export"}},
 		{"training SavedModel", []string{"--model", fixture.training, file}, 1, []string{fixture.training, "training", "ExportServing"}},
 		{"missing input", []string{"--model", fixture.latest, file, missing}, 1, []string{missing, "no such file"}},
 		{"input is a directory", []string{"--model", fixture.latest, file, dir}, 1, []string{"reading " + dir + " (line 1)"}},
