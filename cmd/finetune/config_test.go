@@ -114,7 +114,7 @@ func fakeModel(t *testing.T, vocabSize, vocabLines, positions int) string {
 	os.WriteFile(filepath.Join(dir, "saved_model.pb"), []byte("pb"), 0o644)
 	cfg := `{"vocab_size": ` + strconv.Itoa(vocabSize) + `, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
  "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": ` + strconv.Itoa(positions) + `, "type_vocab_size": 2,
- "initializer_range": 0.02, "hidden_dropout_prob": 0.1}`
+ "initializer_range": 0.02, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}`
 	os.WriteFile(filepath.Join(dir, modelBertConfig), []byte(cfg), 0o644)
 	writeVocab(t, filepath.Join(dir, modelVocab), vocabLines)
 	return dir
@@ -223,6 +223,10 @@ func TestValidateNamesEveryMisfit(t *testing.T) {
 	otherCfg := filepath.Join(t.TempDir(), "bert_config.json")
 	os.WriteFile(otherCfg, []byte(`{"vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
  "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": 64, "type_vocab_size": 2, "initializer_range": 0.02}`), 0o644)
+	noDropout := filepath.Join(t.TempDir(), "bert_config.json")
+	os.WriteFile(noDropout, []byte(`{"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": 64, "type_vocab_size": 2, "initializer_range": 0.02,
+ "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0}`), 0o644)
 	bigVocab := filepath.Join(t.TempDir(), "vocab.txt")
 	writeVocab(t, bigVocab, 101)
 	for _, c := range []struct {
@@ -236,6 +240,8 @@ func TestValidateNamesEveryMisfit(t *testing.T) {
 		{"missing vocab", func(c *Config) { c.VocabFile = "/nonexistent/vocab.txt" }, "/nonexistent/vocab.txt"},
 		{"sequence beyond positions", func(c *Config) { c.MaxSeqLength = 65 }, "cannot use --max_seq_length 65 because the BERT model was only trained up to sequence length 64"},
 		{"config of another model", func(c *Config) { c.BertConfigFile = otherCfg }, "hidden_size 64 != 32"},
+		{"config with other dropout", func(c *Config) { c.BertConfigFile = noDropout },
+			"hidden_dropout_prob 0 != 0.1, attention_probs_dropout_prob 0 != 0.1"},
 		{"missing init checkpoint", func(c *Config) { c.InitCheckpoint = "/nonexistent/bert_model.ckpt" }, "--init_checkpoint: /nonexistent/bert_model.ckpt is neither a checkpoint prefix"},
 		{"unwritable output", func(c *Config) { c.OutputDir = filepath.Join(notADir, "out") }, "--output_dir: mkdir"},
 		{"glob character in output_dir", func(c *Config) { c.OutputDir = filepath.Join(t.TempDir(), "o[1]") }, `TensorFlow reads checkpoint paths as glob patterns and '[' is a pattern character`},

@@ -34,6 +34,9 @@ type bertConfig struct {
 	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
 	TypeVocabSize         int     `json:"type_vocab_size"`
 	InitializerRange      float64 `json:"initializer_range"`
+	// The dropout rates are in the exported graph: a config that differs would not be used.
+	HiddenDropoutProb         float64 `json:"hidden_dropout_prob"`
+	AttentionProbsDropoutProb float64 `json:"attention_probs_dropout_prob"`
 }
 
 func readBertConfig(path string) (bertConfig, error) {
