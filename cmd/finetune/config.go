@@ -26,17 +26,20 @@ type Config struct {
 	BertConfigFile             string
 	InitCheckpoint             string
 	DoLowerCase                bool
-	PreserveUnusedTokens       bool // tokenization.py's flag; must be false
-	MaxSeqLength               int
-	KeepTailTokens             int // gorovod: head+tail truncation (features.Converter.WithTailTokens)
-	TrainBatchSize             int
-	EvalBatchSize              int
-	PredictBatchSize           int
-	LearningRate               float64
-	NumTrainEpochs             float64
-	WarmupProportion           float64
-	OutputDir                  string
-	SaveCheckpointsSteps       int
+	// lowerCaseFromExport is the --saved_model whose contract gave DoLowerCase ("": the flag
+	// or the default), for a message that says what to change.
+	lowerCaseFromExport  string
+	PreserveUnusedTokens bool // tokenization.py's flag; must be false
+	MaxSeqLength         int
+	KeepTailTokens       int // gorovod: head+tail truncation (features.Converter.WithTailTokens)
+	TrainBatchSize       int
+	EvalBatchSize        int
+	PredictBatchSize     int
+	LearningRate         float64
+	NumTrainEpochs       float64
+	WarmupProportion     float64
+	OutputDir            string
+	SaveCheckpointsSteps int
 	// TPU flags, accepted so that run_classifier's command lines run; only their defaults (or
 	// inert values) are honoured, see check.
 	UseTPU            bool
@@ -374,7 +377,7 @@ func (c *Config) fromTaskAndModel(set map[string]bool) error {
 		}
 		switch {
 		case !set["do_lower_case"]:
-			c.DoLowerCase = ct.DoLowerCase
+			c.DoLowerCase, c.lowerCaseFromExport = ct.DoLowerCase, c.SavedModel
 		case c.DoLowerCase != ct.DoLowerCase:
 			errs = append(errs, fmt.Sprintf("--do_lower_case=%v, but --saved_model %s was exported with do_lower_case=%v for its vocabulary and checkpoint: omit the flag, or export again",
 				c.DoLowerCase, c.SavedModel, ct.DoLowerCase))
@@ -492,7 +495,7 @@ func (c *Config) check() error {
 	nonNegative("max_train_examples", c.MaxTrainExamples)
 	nonNegative("max_eval_examples", c.MaxEvalExamples)
 	nonNegative("max_predict_examples", c.MaxPredictExamples)
-	if err := checkCaseMatchesCheckpoint(c.DoLowerCase, c.InitCheckpoint); err != nil {
+	if err := checkCaseMatchesCheckpoint(c.DoLowerCase, c.lowerCaseFromExport, c.InitCheckpoint); err != nil {
 		bad("%v", err)
 	}
 	if len(errs) > 0 {
@@ -505,8 +508,9 @@ var googleModelName = regexp.MustCompile(`^.*?([A-Za-z0-9_-]+)/bert_model\.ckpt`
 
 // checkCaseMatchesCheckpoint is run_classifier's validate_case_matches_checkpoint: Google's
 // published models are either cased or uncased, and a mismatched --do_lower_case silently ruins
-// fine-tuning.
-func checkCaseMatchesCheckpoint(doLowerCase bool, initCheckpoint string) error {
+// fine-tuning. fromExport is the SavedModel whose contract gave doLowerCase ("": the flag), which
+// is then what has to change.
+func checkCaseMatchesCheckpoint(doLowerCase bool, fromExport, initCheckpoint string) error {
 	m := googleModelName.FindStringSubmatch(initCheckpoint)
 	if m == nil {
 		return nil
@@ -516,13 +520,21 @@ func checkCaseMatchesCheckpoint(doLowerCase bool, initCheckpoint string) error {
 	cased := map[string]bool{"cased_L-12_H-768_A-12": true, "cased_L-24_H-1024_A-16": true,
 		"multi_cased_L-12_H-768_A-12": true}
 	name := m[1]
+	var kind string
 	switch {
 	case lower[name] && !doLowerCase:
-		return fmt.Errorf("--do_lower_case=false but --init_checkpoint %s is the uncased model %s: pass --do_lower_case=true", initCheckpoint, name)
+		kind = "uncased"
 	case cased[name] && doLowerCase:
-		return fmt.Errorf("--do_lower_case=true but --init_checkpoint %s is the cased model %s: pass --do_lower_case=false", initCheckpoint, name)
+		kind = "cased"
+	default:
+		return nil
 	}
-	return nil
+	if fromExport != "" {
+		return fmt.Errorf("--saved_model %s was exported with do_lower_case=%v but --init_checkpoint %s is the %s model %s: "+
+			"export it again with --do_lower_case=%v and that model's vocabulary", fromExport, doLowerCase, initCheckpoint, kind, name, !doLowerCase)
+	}
+	return fmt.Errorf("--do_lower_case=%v but --init_checkpoint %s is the %s model %s: pass --do_lower_case=%v",
+		doLowerCase, initCheckpoint, kind, name, !doLowerCase)
 }
 
 // rankOutputDir is where rank writes: output_dir for rank 0, output_dir/<rank> for the others

@@ -299,8 +299,9 @@ func TestSequenceLengthAndCaseDefaultToTheExport(t *testing.T) {
 	}
 	// A cased export with an uncased Google checkpoint: the export's casing, then run_classifier's check.
 	_, err = parseConfig(append(base, "--init_checkpoint=/m/uncased_L-12_H-768_A-12/bert_model.ckpt"), io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "uncased model uncased_L-12_H-768_A-12") {
-		t.Errorf("cased export, uncased checkpoint: %v", err)
+	if want := "--saved_model " + model + " was exported with do_lower_case=false but --init_checkpoint /m/uncased_L-12_H-768_A-12/bert_model.ckpt " +
+		"is the uncased model uncased_L-12_H-768_A-12: export it again with --do_lower_case=true"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("cased export, uncased checkpoint: %v, want %q (the flag is not what to change)", err, want)
 	}
 }
 
