@@ -2,6 +2,7 @@
 
 usage: glue_ref.py TASK DATA_DIR --vocab VOCAB --max-seq-length N [--cased] > examples.json
        glue_ref.py flags > flags.json
+       glue_ref.py parse ARGS... > values.json
 
 Reads DATA_DIR's train, dev and test files with Google's processor of TASK (bert-tensorflow's
 run_classifier.py: cola, mrpc, mnli, xnli; sst-2 as GLUE's baseline and HF transformers read it, in
@@ -13,7 +14,8 @@ label list.
 
 `flags` prints the command-line flags that run_classifier.py (and the tokenization.py it
 imports) defines, as a JSON object mapping each name to {"type": absl's flag type, "default":
-its default, null for None}.
+its default, null for None}. `parse` parses ARGS with absl as run_classifier.py's command line
+(--flagfile, --noNAME and all) and prints the values of those flags, name to value.
 """
 import argparse
 import json
@@ -60,9 +62,23 @@ def print_flags() -> None:
     json.dump(out, sys.stdout)
 
 
+def parse_flags(argv) -> None:
+    import_bert()
+    import absl.app  # defines --flagfile, as in run_classifier.py, which runs under absl.app
+    from absl import flags
+
+    flags.FLAGS(["run_classifier.py"] + argv)
+    by_module = flags.FLAGS.flags_by_module_dict()
+    json.dump({f.name: f.value for module in ("bert.run_classifier", "bert.tokenization") for f in by_module[module]},
+              sys.stdout)
+
+
 def main() -> None:
     if sys.argv[1:] == ["flags"]:
         print_flags()
+        return
+    if sys.argv[1:2] == ["parse"]:
+        parse_flags(sys.argv[2:])
         return
     p = argparse.ArgumentParser()
     p.add_argument("task")

@@ -323,6 +323,10 @@ func parseConfig(args []string, output io.Writer) (Config, error) {
 	c := runClassifierDefaults()
 	fs := newFlagSet(&c, io.Discard)
 	fs.Usage = func() {} // called by the flag package on every error, -help included
+	args, err := abslArgs(fs, args)
+	if err != nil {
+		return Config{}, &usageError{err.Error()}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(fs, output)

@@ -505,3 +505,64 @@ func TestCompressionFlag(t *testing.T) {
 		}
 	}
 }
+
+// absl's forms of run_classifier's command lines, --flagfile (nested, comments, either way of
+// giving the file) and --noNAME, give every run_classifier flag the value absl itself parses
+// from the same arguments.
+func TestAbslFormsParseAsAbslDoes(t *testing.T) {
+	dir := t.TempDir()
+	inner := filepath.Join(dir, "inner.flags")
+	outer := filepath.Join(dir, "outer.flags")
+	os.WriteFile(inner, []byte("--nodo_eval\n--train_batch_size=16\n--task_name=MRPC\n"), 0o644)
+	os.WriteFile(outer, []byte("--do_train=true\n# a comment\n// another\n\n--flagfile="+inner+"  \n  --learning_rate=2e-5\n--do_eval\n"), 0o644)
+	for _, argv := range [][]string{
+		{"--flagfile=" + outer, "--nodo_lower_case", "--max_seq_length=64"},
+		{"--do_eval", "--nodo_eval", "--flagfile", inner, "--nouse_tpu", "--num_train_epochs=2"},
+		{"--flagfile=" + inner, "--flagfile=" + outer, "--do_lower_case", "--nodo_predict"},
+	} {
+		var ref map[string]any
+		if err := json.Unmarshal(datatests.RunPython(t, nil, "glue_ref.py", append([]string{"parse"}, argv...)...), &ref); err != nil {
+			t.Fatal(err)
+		}
+		c := runClassifierDefaults()
+		fs := newFlagSet(&c, io.Discard)
+		args, err := abslArgs(fs, argv)
+		if err == nil {
+			err = fs.Parse(args)
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", argv, err)
+		}
+		for name, want := range ref {
+			got := fs.Lookup(name).Value.(flag.Getter).Get()
+			switch w := want.(type) {
+			case nil:
+				want = ""
+			case float64:
+				if _, isInt := got.(int); isInt {
+					want = int(w)
+				}
+			}
+			if got != want {
+				t.Errorf("%q: --%s = %#v, absl's %#v", argv, name, got, want)
+			}
+		}
+	}
+	loop := filepath.Join(dir, "loop.flags")
+	os.WriteFile(loop, []byte("--do_train\n--flagfile="+loop+"\n"), 0o644)
+	notFlag := filepath.Join(dir, "positional.flags")
+	os.WriteFile(notFlag, []byte("--do_train\n\ndata/\n"), 0o644)
+	for _, tc := range []struct{ arg, want string }{
+		{"--flagfile=" + filepath.Join(dir, "missing.flags"), "missing.flags: no such file"},
+		{"--flagfile=" + loop, "--flagfile " + loop + " includes itself"},
+		{"--flagfile=" + notFlag, notFlag + `:3: "data/" is not a flag`},
+		{"--flagfile", "--flagfile needs a file"},
+		{"--nodata_dir", "flag provided but not defined: -nodata_dir"}, // no: for boolean flags only
+	} {
+		_, err := parseConfig([]string{"--data_dir=d", "--output_dir=o", "--saved_model=m", tc.arg}, io.Discard)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want a usage error containing %q", tc.arg, err, tc.want)
+		}
+	}
+}
