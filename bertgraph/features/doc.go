@@ -7,8 +7,8 @@
 //	  -> InputExample{GUID, TextA, TextB, Label}
 //	  -> Converter ([CLS] a [SEP] (b [SEP]), longest-first truncation (a single text: its head, or
 //	     head+tail with WithTailTokens), mask, segment ids, zero padding, label map)
-//	  -> Batch (flattened [batch*seq] int32 slices; fake examples with IsRealExample 0 fill the last
-//	     eval/predict batch so no example is dropped and none is counted twice)
+//	  -> Batch (flattened [batch*seq] int32 slices; the last eval/predict batch holds the examples
+//	     left, so no example is dropped and none is counted twice)
 //
 // Stream converts on every core while reading ahead a bounded number of batches, so a file far
 // larger than memory converts in constant space and in file order.

@@ -86,7 +86,7 @@ func TestIMDBShardsConvertLikeHF(t *testing.T) {
 			t.Fatalf("rank %d: %d examples, %d batches, counts %+v", rank, len(exs), len(batches), c)
 		}
 		for i, b := range batches {
-			want, _ := conv.ConvertBatch(exs[i*32:min(len(exs), (i+1)*32)], 32)
+			want, _ := conv.ConvertBatch(exs[i*32:min(len(exs), (i+1)*32)], min(len(exs)-i*32, 32))
 			if !slices.Equal(b.InputIDs, want.InputIDs) || !slices.Equal(b.GUIDs, want.GUIDs) || !slices.Equal(b.LabelIDs, want.LabelIDs) {
 				t.Fatalf("rank %d batch %d: parallel conversion differs from sequential", rank, i)
 			}

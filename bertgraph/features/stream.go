@@ -33,7 +33,8 @@ type StreamOptions struct {
 	// Workers converting batches in parallel; 0 means GOMAXPROCS.
 	Workers int
 	// DropRemainder drops a final partial batch (training, as run_classifier's train input_fn);
-	// otherwise it is filled with padding examples (eval and predict).
+	// otherwise it is a batch of its own examples only (eval and predict; run_classifier pads it
+	// on TPUs only): its cost follows the examples left, not BatchSize.
 	DropRemainder bool
 }
 
@@ -75,7 +76,7 @@ func (c *Converter) Stream(src Source, opts StreamOptions) *Stream {
 	for range workers {
 		s.wg.Go(func() {
 			for j := range jobs {
-				b, err := c.ConvertBatch(j.examples, opts.BatchSize)
+				b, err := c.ConvertBatch(j.examples, len(j.examples))
 				j.result <- batchResult{b, err}
 			}
 		})
@@ -95,8 +96,8 @@ func (c *Converter) Stream(src Source, opts StreamOptions) *Stream {
 				examples = append(examples, ex)
 			}
 			last := srcErr != nil
-			// A partial batch is the last one: padded, or dropped with DropRemainder; after a
-			// source error it is dropped and the error follows the batches before it.
+			// A partial batch is the last one: kept at its size, or dropped with DropRemainder;
+			// after a source error it is dropped and the error follows the batches before it.
 			partial := len(examples) < opts.BatchSize
 			if len(examples) > 0 && !(partial && (opts.DropRemainder || srcErr != io.EOF)) {
 				res := make(chan batchResult, 1)

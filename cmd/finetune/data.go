@@ -150,8 +150,8 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 }
 
 // evalStream reads a whole dev (labelled) or test (not labelled) file of the task, rank 0 only,
-// into padded batches: no example is dropped and fake examples fill the last batch
-// (is_real_example = 0). Test labels are never read, as run_classifier's dummy ones; a seed
+// into batches: no example is dropped, and the last batch holds the examples left (no padding,
+// as run_classifier off TPUs). Test labels are never read, as run_classifier's dummy ones; a seed
 // test file may have them or not (seedTestLabelled). --skip_bad_lines applies to dev only: a
 // skipped test line would shift every later row of test_results.tsv off its line of the test
 // file (a GLUE submission is matched by row), so a bad test line is always an error naming it.
