@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -277,6 +278,12 @@ func (j *job) prepare() error {
 		}
 		j.ckpts.Warnf = j.console.infof
 		j.ckpts.Verify = tf.VerifyCheckpoint
+		// The state file says whether there are checkpoints to resume or evaluate (which are
+		// verified when read).
+		_, serr := os.Stat(filepath.Join(in.rankDir, checkpoint.StateFile))
+		if err := checkTrainedLabels(in.rankDir, labels.Names(), serr == nil, c.DoTrain); err != nil {
+			return err
+		}
 		// Rank 0 alone reads --init_checkpoint (and broadcasts it): its index is checked against
 		// the model now, before any rank spends minutes converting features for a run that
 		// would fail, or train from scratch, once it is read.
