@@ -114,14 +114,16 @@ func (c *controller) watchdog() {
 	var warned int64
 	last := time.Now()
 	for {
+		stopping := false
 		select {
 		case <-c.stopped:
-			return
+			stopping = true
 		case <-tick.C:
 		}
 		// A tick that comes a stall-check time late: this process itself did not run (stopped by
 		// SIGSTOP, or starved). The call in progress waited for nobody but this rank, so say
-		// that instead of warning about it.
+		// that instead of warning about it. Checked at the stop too: a rank continued just
+		// before its last operations may reach Shutdown before this goroutine runs again.
 		now := time.Now()
 		gap := now.Sub(last)
 		last = now
@@ -129,6 +131,9 @@ func (c *controller) watchdog() {
 		if warn > 0 && gap >= warn {
 			c.h.log.Printf("stall: this rank did not run for %v (stopped, or starved of CPU): the other ranks waited for it", gap.Round(time.Millisecond))
 			warned = since
+		}
+		if stopping {
+			return
 		}
 		if since == 0 {
 			continue
