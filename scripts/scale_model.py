@@ -12,7 +12,7 @@ across N = p / g nodes, each GPU with a NIC of rate B of its own (one rail per G
 Efficiency is t_compute / (t_compute + T) when nothing overlaps (the lower bound) and
 t_compute / max(t_compute, T) when the allreduce hides entirely behind the backward pass (the
 upper bound). With one NIC shared by the g GPUs of a node instead, the nodes' rings carry n,
-not n / g. `python scale_model.py --eta 0.66 --alpha 60e-6` prints the docs' tables, the last
+not n / g. `python scale_model.py --eta 0.66 --alpha 25e-6` prints the docs' tables, the last
 one for the setting of Horovod's published 512-GPU benchmark (128 nodes of 4 Pascal GPUs, one
 25 Gbit/s RoCE NIC each) with per-step compute times that are assumptions, not measurements."""
 import argparse
