@@ -59,6 +59,21 @@ func requireMpirun(t *testing.T) {
 	}
 }
 
+// requireFakeNodes skips unless GOROVOD_TEST_FAKE_NODES is set (make test-launcher: simulated
+// machines need root) and mpirun is there, and returns the repository root (scripts/fake-nodes).
+func requireFakeNodes(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("GOROVOD_TEST_FAKE_NODES") == "" {
+		t.Skip("set GOROVOD_TEST_FAKE_NODES=1 to simulate two machines (needs root; make test-launcher does)")
+	}
+	requireMpirun(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 func sortedLines(out []byte) []string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	sort.Strings(lines)
@@ -304,14 +319,7 @@ func TestLaunchRefusesWhatEveryRankWould(t *testing.T) {
 // here); one it does not forward (a secret key, as horovodrun) stays behind. -p reaches the agent as it would reach ssh. Needs root; runs when
 // GOROVOD_TEST_FAKE_NODES is set (make test-launcher).
 func TestLaunchTwoMachines(t *testing.T) {
-	if os.Getenv("GOROVOD_TEST_FAKE_NODES") == "" {
-		t.Skip("set GOROVOD_TEST_FAKE_NODES=1 to simulate two machines (needs root; make test-launcher does)")
-	}
-	requireMpirun(t)
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := requireFakeNodes(t)
 	// The agent notes its arguments, drops the ssh port (rsh-agent.sh takes none) and starts the
 	// host's daemon.
 	dir := t.TempDir()
@@ -390,14 +398,7 @@ func TestLaunchVerbose(t *testing.T) {
 // MPI job over it hangs: make test-launcher runs one). Needs root; runs when
 // GOROVOD_TEST_FAKE_NODES is set (make test-launcher).
 func TestLaunchProbesInterfaces(t *testing.T) {
-	if os.Getenv("GOROVOD_TEST_FAKE_NODES") == "" {
-		t.Skip("set GOROVOD_TEST_FAKE_NODES=1 to simulate two machines (needs root; make test-launcher does)")
-	}
-	requireMpirun(t)
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := requireFakeNodes(t)
 	login := filepath.Join(root, "scripts/fake-nodes/login.sh")
 	cmd := gorovodrun(t, 60*time.Second, "--verbose", "-np", "3", "-H", "nodea:2,nodeb:1",
 		"--mpi-args", "--mca plm_rsh_agent "+filepath.Join(root, "scripts/fake-nodes/rsh-agent.sh")+" --mca oob_tcp_if_include 198.18.0.0/15",
