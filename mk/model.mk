@@ -15,8 +15,8 @@ MINILM_CKPT_DIR      := $(MODEL_DIR)/minilm
 DEFAULT_MODEL_DIR    := $(MODEL_DIR)/imdb_minilm
 TINY_MODEL_DIR       := $(MODEL_DIR)/tiny
 EXPORTER_PY          := $(ROOT)/bertgraph/exporter
-CONVERT_SRC          := $(addprefix $(EXPORTER_PY)/,config.py checkpoint.py convert_hf.py)
-EXPORTER_SRC         := $(addprefix $(EXPORTER_PY)/,config.py checkpoint.py model.py optimizer.py contract.py export.py)
+CONVERT_SRC          := $(addprefix $(EXPORTER_PY)/,config.py checkpoint.py convert_hf.py outdir.py)
+EXPORTER_SRC         := $(addprefix $(EXPORTER_PY)/,config.py checkpoint.py model.py optimizer.py contract.py export.py outdir.py)
 # The exporter's log (TensorFlow's chatter and the *INIT_FROM_CKPT* lines) goes to <dir>.log,
 # printed only when the export fails.
 EXPORT               := cd $(ROOT) && TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m bertgraph.exporter.export

@@ -21,6 +21,16 @@ class BertConfig:
     initializer_range: float = 0.02
 
     def __post_init__(self):
+        # Sizes are positive integers (a JSON 32.0 or "32" would fail deep inside TensorFlow, a
+        # 0 build a model that exports and then fails or is refused by Go's Load).
+        for name in _SIZES:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} {value!r} is not an integer >= 1")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} {value!r} is not a number")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
@@ -54,6 +64,10 @@ class BertConfig:
     def to_json_file(self, path):
         pathlib.Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
+
+# The fields that are sizes.
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+          "intermediate_size", "max_position_embeddings", "type_vocab_size")
 
 # hidden_act values.  "gelu" is the exact erf form, as HuggingFace and TF Model Garden define it (the
 # pretrained weights gorovod converts were trained with it); Google's original modeling.py computed

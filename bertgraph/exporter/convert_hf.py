@@ -13,15 +13,17 @@ skipped (listed on stderr).
 """
 import argparse
 import json
+import os
 import pathlib
 import re
 import shutil
 import sys
+import tempfile
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from . import checkpoint
+from . import checkpoint, outdir
 from .config import BertConfig
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)$")
@@ -93,7 +95,8 @@ def bert_config_from_hf(hf):
 
 
 def convert_weights(tensors, config):
-    """{Google name: ndarray} from {HF name: ndarray}; checks every expected name is there."""
+    """{Google name: ndarray} from {HF name: ndarray}; checks that the weights are the encoder
+    config describes: every expected name there, none other, each of its shape."""
     out, skipped = {}, []
     for hf_name, value in tensors.items():
         g = google_name(hf_name)
@@ -105,35 +108,66 @@ def convert_weights(tensors, config):
         if name in out:
             raise ValueError(f"{hf_name}: {name} given twice")
         out[name] = np.ascontiguousarray(value.T if transpose else value, dtype=np.float32)
-    expected = expected_names(config)
+    expected = expected_shapes(config)
     missing = sorted(set(expected) - set(out))
     if missing:
         raise ValueError(f"safetensors lacks {len(missing)} encoder weights, e.g. {missing[:3]}")
+    extra = sorted(set(out) - set(expected))
+    if extra:
+        raise ValueError(f"safetensors holds {len(extra)} encoder weights config.json does not "
+                         f"describe (num_hidden_layers {config.num_hidden_layers}), e.g. {extra[:3]}")
+    for name, shape in expected.items():
+        if out[name].shape != shape:
+            raise ValueError(f"{name}: shape {out[name].shape} in safetensors, {shape} by config.json")
     return out, skipped
 
 
-def expected_names(config):
-    names = ["bert/embeddings/word_embeddings", "bert/embeddings/position_embeddings",
-             "bert/embeddings/token_type_embeddings", "bert/embeddings/LayerNorm/gamma",
-             "bert/embeddings/LayerNorm/beta", "bert/pooler/dense/kernel",
-             "bert/pooler/dense/bias"]
+def expected_shapes(config):
+    """{Google name: shape} of the encoder config describes."""
+    h, i = config.hidden_size, config.intermediate_size
+    shapes = {
+        "bert/embeddings/word_embeddings": (config.vocab_size, h),
+        "bert/embeddings/position_embeddings": (config.max_position_embeddings, h),
+        "bert/embeddings/token_type_embeddings": (config.type_vocab_size, h),
+        "bert/embeddings/LayerNorm/gamma": (h,), "bert/embeddings/LayerNorm/beta": (h,),
+        "bert/pooler/dense/kernel": (h, h), "bert/pooler/dense/bias": (h,),
+    }
+    kernels = {"intermediate/dense": (h, i), "output/dense": (i, h)}
     for n in range(config.num_hidden_layers):
         for part in _LAYER_PARTS.values():
-            leaves = ("gamma", "beta") if part.endswith("LayerNorm") else ("kernel", "bias")
-            names += [f"bert/encoder/layer_{n}/{part}/{leaf}" for leaf in leaves]
-    return names
+            prefix = f"bert/encoder/layer_{n}/{part}"
+            if part.endswith("LayerNorm"):
+                shapes[prefix + "/gamma"] = shapes[prefix + "/beta"] = (h,)
+            else:
+                kernel = kernels.get(part, (h, h))
+                shapes[prefix + "/kernel"], shapes[prefix + "/bias"] = kernel, (kernel[1],)
+    return shapes
 
 
 def convert(hf_dir, out_dir, log=lambda s: print(s, file=sys.stderr)):
+    """Writes the Google-format model of ``hf_dir`` to ``out_dir`` as a whole: a previous
+    conversion there is replaced, a directory holding other files refused (outdir.check)."""
     hf_dir, out_dir = pathlib.Path(hf_dir), pathlib.Path(out_dir)
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        if not (hf_dir / name).is_file():
+            raise ValueError(f"--hf_dir {hf_dir} has no {name}")
+    outdir.check(out_dir, "bert_model.ckpt.index", "a converted model")
     config = bert_config_from_hf(json.loads((hf_dir / "config.json").read_text()))
     weights, skipped = convert_weights(load_file(str(hf_dir / "model.safetensors")), config)
     for name in skipped:
         log(f"skipped (not part of the encoder): {name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint.write(str(out_dir / "bert_model.ckpt"), weights)
-    config.to_json_file(out_dir / "bert_config.json")
-    shutil.copyfile(hf_dir / "vocab.txt", out_dir / "vocab.txt")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        checkpoint.write(str(staging / "bert_model.ckpt"), weights)
+        config.to_json_file(staging / "bert_config.json")
+        shutil.copyfile(hf_dir / "vocab.txt", staging / "vocab.txt")
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 is for the staging only
+        outdir.replace(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
 
@@ -143,7 +177,11 @@ def main(argv=None):
                    help="folder with model.safetensors, config.json and vocab.txt")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    print(convert(a.hf_dir, a.out))
+    try:
+        print(convert(a.hf_dir, a.out))
+    except ValueError as e:  # bad input, said without a traceback
+        print(f"convert_hf: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

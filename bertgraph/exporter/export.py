@@ -19,13 +19,15 @@ and Hugging Face's converter read what Go writes, and a run_classifier checkpoin
 import argparse
 import os
 import pathlib
+import re
 import shutil
+import signal
 import sys
 import tempfile
 
 import tensorflow as tf
 
-from . import checkpoint, contract
+from . import checkpoint, contract, outdir
 from .config import TINY, BertConfig
 from .model import BertClassifier, object_key
 from .optimizer import (BETA_1, BETA_2, EPSILON, EXCLUDE_FROM_WEIGHT_DECAY,
@@ -285,16 +287,45 @@ def make_contract(model, signatures, max_seq_length, dropout, label_names, do_lo
     )
 
 
+def check_vocab(vocab_file, config):
+    """Refuses a vocabulary the model cannot embed or finetune would refuse (Go's checks)."""
+    try:
+        tokens = [t.strip() for t in pathlib.Path(vocab_file).read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--vocab {vocab_file}: {e}") from e
+    if len(tokens) > config.vocab_size:
+        raise ValueError(f"--vocab {vocab_file} has {len(tokens)} tokens but the model embeds only "
+                         f"vocab_size {config.vocab_size}: ids from {config.vocab_size} on would "
+                         "index past the embedding table")
+    for special in ("[CLS]", "[SEP]", "[UNK]"):
+        if special not in tokens:
+            raise ValueError(f"--vocab {vocab_file} has no {special} token")
+
+
 def export(out_dir, config, num_labels, max_seq_length, vocab_file, init_checkpoint=None,
            dropout=True, seed=0, label_names=None, do_lower_case=True, log=print):
-    """Writes the training SavedModel (and its serving model) to ``out_dir``, atomically."""
+    """Writes the training SavedModel (and its serving model) to ``out_dir``, atomically: a
+    previous export there is replaced, anything else refused (outdir.check)."""
     out_dir = pathlib.Path(out_dir)
+    outdir.check(out_dir, contract.CONTRACT_FILE, "an export")
+    check_vocab(vocab_file, config)
     if label_names and len(label_names) != num_labels:
         raise ValueError(f"{len(label_names)} label names for {num_labels} labels")
+    if label_names and (any(not n for n in label_names) or len(set(label_names)) != len(label_names)):
+        raise ValueError(f"label names {label_names}: each must be non-empty and distinct")
+    if max_seq_length < 3:
+        raise ValueError(f"max_seq_length {max_seq_length}: want at least 3 ([CLS], a token, [SEP])")
     model, signatures = build(config, num_labels, max_seq_length, dropout=dropout, seed=seed)
     if init_checkpoint:
-        values = checkpoint.read(init_checkpoint)
+        # A checkpoint's .index or .data file names its prefix, as in finetune.
+        prefix = re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(init_checkpoint))
+        values = checkpoint.read(prefix)
         assigned = set(model.load_values(values))
+        if not any(n.startswith("bert/") for n in assigned):
+            raise ValueError(f"--init_checkpoint {init_checkpoint} initialises none of the model's "
+                             f"BERT variables: it holds {len(values)} tensors, e.g. "
+                             f"{sorted(values)[:3]} (a Google-format checkpoint names them "
+                             "bert/embeddings/..., bert/encoder/layer_N/...)")
         for name, var in model.named_variables:
             log(f"  name = {name}, shape = {var.shape}"
                 + (", *INIT_FROM_CKPT*" if name in assigned else ""))
@@ -319,9 +350,7 @@ def export(out_dir, config, num_labels, max_seq_length, vocab_file, init_checkpo
         umask = os.umask(0)
         os.umask(umask)
         staging.chmod(0o777 & ~umask)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
+        outdir.replace(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
@@ -342,14 +371,22 @@ def write_tiny_vocab(path, size):
     pathlib.Path(path).write_text("\n".join(specials + words) + "\n")
 
 
+def _boolean(s):
+    """absl's booleans: true/false, 1/0, yes/no (any case); anything else is refused."""
+    v = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(s.lower())
+    if v is None:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a boolean (true or false)")
+    return v
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bert_config", help="Google bert_config.json")
     p.add_argument("--tiny", action="store_true",
                    help="use the tiny test configuration (2 layers, hidden 32) and a generated vocab")
     p.add_argument("--vocab", help="vocab.txt, copied into assets.extra (required unless --tiny)")
-    p.add_argument("--do_lower_case", type=lambda s: s.lower() in ("1", "true", "yes"),
-                   default=True, help="whether the vocab is uncased (default true)")
+    p.add_argument("--do_lower_case", type=_boolean, default=True,
+                   help="whether the vocab is uncased (default true)")
     p.add_argument("--init_checkpoint", help="Google-format checkpoint to start from")
     p.add_argument("--num_labels", type=int, default=2)
     p.add_argument("--label_names", help="comma-separated label names (default 0..num_labels-1)")
@@ -363,14 +400,23 @@ def main(argv=None):
         p.error("give exactly one of --bert_config and --tiny")
     if not a.tiny and not a.vocab:
         p.error("--vocab is required with --bert_config")
+    if a.tiny and a.vocab:
+        p.error("--tiny generates its vocab: --vocab goes with --bert_config")
+    # A kill (timeout, a scheduler) ends the export through its cleanup, as Ctrl-C does: no
+    # staging directory is left beside --out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     kwargs = dict(init_checkpoint=a.init_checkpoint, dropout=not a.no_dropout, seed=a.seed,
                   label_names=a.label_names.split(",") if a.label_names else None,
                   do_lower_case=a.do_lower_case, log=lambda s: print(s, file=sys.stderr))
-    if a.tiny:
-        export_tiny(a.out, a.num_labels, a.max_seq_length, **kwargs)
-    else:
-        export(a.out, BertConfig.from_json_file(a.bert_config), a.num_labels, a.max_seq_length,
-               a.vocab, **kwargs)
+    try:
+        if a.tiny:
+            export_tiny(a.out, a.num_labels, a.max_seq_length, **kwargs)
+        else:
+            export(a.out, BertConfig.from_json_file(a.bert_config), a.num_labels, a.max_seq_length,
+                   a.vocab, **kwargs)
+    except ValueError as e:  # bad input, said without a traceback
+        print(f"export: {e}", file=sys.stderr)
+        sys.exit(1)
     print(a.out)
 
 

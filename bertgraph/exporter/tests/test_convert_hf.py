@@ -42,7 +42,10 @@ def test_checkpoint_has_google_names_and_layouts(converted):
     reader = tf.train.load_checkpoint(str(converted / "bert_model.ckpt"))
     shapes = reader.get_variable_to_shape_map()
     config = BertConfig.from_json_file(converted / "bert_config.json")
-    assert sorted(shapes) == sorted(convert_hf.expected_names(config))
+    assert {n: tuple(v) for n, v in shapes.items()} == convert_hf.expected_shapes(config)
+    # The shapes the converter checks are the model's own (the classifier head aside).
+    model_shapes = {n: tuple(v.shape) for n, v in BertClassifier(config, num_labels=2).named_variables}
+    assert {n: s for n, s in model_shapes.items() if n.startswith("bert/")} == convert_hf.expected_shapes(config)
     assert shapes["bert/encoder/layer_0/intermediate/dense/kernel"] == [384, 1536]
     np.testing.assert_array_equal(
         reader.get_tensor("bert/encoder/layer_3/intermediate/dense/kernel"),
