@@ -135,7 +135,9 @@ func (r *Reducer) GradientScale() float64 {
 // they may be given back to it, in any order, among other tensors), Close or Shutdown (with
 // InPlace they are the given gradients, or with BackwardPassesPerStep > 1 the Reducer's
 // accumulators). With a data backend that lends host memory (NCCL's pinned memory) they live in
-// that memory, which Shutdown frees: copy what must outlive Shutdown. After Shutdown, Reduce
+// that memory, which Shutdown frees: copy what must outlive Shutdown. A pass whose gradients
+// differ from the step's first pass (another name, dtype or shape) is an error that also drops
+// the passes accumulated so far: the next call starts a new step. After Shutdown, Reduce
 // returns the error every collective does then (wrapping ErrShutdown).
 func (r *Reducer) Reduce(grads []NamedTensor) (reduced []NamedTensor, ready bool, err error) {
 	release, err := r.h.ctl.hold()

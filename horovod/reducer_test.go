@@ -220,7 +220,7 @@ func TestReducerBF16CompressionKeepsFloat32Range(t *testing.T) {
 
 // A later backward pass must have the first pass's gradients of the same step: one left over
 // from an earlier step (whose accumulator the Reducer still holds) is an error, not summed into
-// that stale accumulator while this step's gradient misses a pass.
+// that stale accumulator while this step's gradient misses a pass; the error starts a new step.
 func TestReducerPassesAreCheckedAgainstThisStepsFirst(t *testing.T) {
 	hs, _ := job(t, 2)
 	onEveryRank(t, hs, func(h *Horovod) error {
@@ -245,6 +245,12 @@ func TestReducerPassesAreCheckedAgainstThisStepsFirst(t *testing.T) {
 		ready, err := pass("a", "b")
 		if err == nil || ready || !strings.Contains(err.Error(), `gradient "b" appears in backward pass 2 but not in the first pass of the step`) {
 			return fmt.Errorf("step 2's passes {a c}, {a b}: ready %v, %v", ready, err)
+		}
+		// The error dropped the step's passes: the next two calls are a new step's.
+		for i, want := range []bool{false, true} {
+			if ready, err := pass("a", "b"); err != nil || ready != want {
+				return fmt.Errorf("pass %d after the error: ready %v, %v; want %v", i+1, ready, err, want)
+			}
 		}
 		return nil
 	})
