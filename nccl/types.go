@@ -18,6 +18,7 @@ type UniqueID [UniqueIDBytes]byte
 // Result is ncclResult_t.
 type Result int
 
+// The values of ncclResult_t (nccl.h), which an *Error carries.
 const (
 	Success            Result = 0
 	UnhandledCudaError Result = 1
@@ -44,6 +45,7 @@ func (r Result) String() string {
 // RedOp is ncclRedOp_t.
 type RedOp int
 
+// The reductions of ncclRedOp_t (nccl.h).
 const (
 	Sum  RedOp = 0
 	Prod RedOp = 1
@@ -68,6 +70,7 @@ const minVersion210 = 21000
 // DataType is ncclDataType_t.
 type DataType int
 
+// The element types of ncclDataType_t (nccl.h).
 const (
 	Int8     DataType = 0
 	Uint8    DataType = 1

@@ -58,6 +58,7 @@ type Options struct {
 
 // Progress follows rank 0's training (a progress bar, a log line every n steps).
 type Progress interface {
+	// Report receives each step rank 0 trains, as it ends.
 	Report(Step)
 	// Rate is the smoothed number of examples per second, all ranks together, which the
 	// summaries record as examples_per_sec.
