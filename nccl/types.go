@@ -18,7 +18,7 @@ type UniqueID [UniqueIDBytes]byte
 // Result is ncclResult_t.
 type Result int
 
-// The values of ncclResult_t (nccl.h), which an *Error carries.
+// The values of ncclResult_t (nccl.h), which an *NCCLError carries.
 const (
 	Success            Result = 0
 	UnhandledCudaError Result = 1
