@@ -173,6 +173,7 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		}
 		curves = newSummaries(ev, o.Logf)
 		defer curves.close()
+		curves.start(step + 1)
 	}
 	// Beside the gradients, every step agrees on two small tensors: the step's statistics, summed
 	// over the ranks, and the stop request, the largest signal number any rank received.
@@ -301,7 +302,11 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		if float16 {
 			curves.also("loss_scale", float64(lossScale))
 		}
-		curves.write(step, report.Loss, lr, report.GlobalNorm, rate, report.Accuracy)
+		// One point a step, as Estimator writes them: a skipped update leaves the step where it
+		// was, and the next step that applies writes it (with the loss scale it halved to).
+		if res.Applied {
+			curves.write(step, report.Loss, lr, report.GlobalNorm, rate, report.Accuracy)
+		}
 		if res.Applied && o.SaveCheckpointsSteps > 0 && step%int64(o.SaveCheckpointsSteps) == 0 {
 			if err := t.saveCheckpoint(step, drawn); err != nil {
 				return Result{Step: step, LossScale: lossScale}, err
@@ -385,6 +390,7 @@ func signalOf(agreed horovod.Tensor) os.Signal {
 
 // scalarWriter is what the training loop needs of an events file (*summary.Writer).
 type scalarWriter interface {
+	SessionStart(step int64) error
 	Scalars(step int64, values map[string]float64) error
 	Close() error
 	Path() string
@@ -401,6 +407,17 @@ type summaries struct {
 
 func newSummaries(w scalarWriter, warnf func(format string, args ...any)) *summaries {
 	return &summaries{w: w, values: make(map[string]float64, 5), warnf: warnf}
+}
+
+// start marks the run's first step (SessionStart): TensorBoard then drops the points a killed
+// earlier run wrote from that step on, which this run trains again.
+func (s *summaries) start(step int64) {
+	if s.w == nil {
+		return
+	}
+	if err := s.w.SessionStart(step); err != nil {
+		s.fail(fmt.Sprintf("from step %d on", step), err)
+	}
 }
 
 // write records one step's scalars, through one map reused every step.

@@ -33,8 +33,9 @@ func (w *failingWriter) Scalars(step int64, values map[string]float64) error {
 	return nil
 }
 
-func (w *failingWriter) Close() error { w.closes++; return w.closeErr }
-func (w *failingWriter) Path() string { return "/out/events.out.tfevents.1.host" }
+func (w *failingWriter) SessionStart(step int64) error { return nil }
+func (w *failingWriter) Close() error                  { w.closes++; return w.closeErr }
+func (w *failingWriter) Path() string                  { return "/out/events.out.tfevents.1.host" }
 
 func collect(lines *[]string) func(string, ...any) {
 	return func(format string, args ...any) { *lines = append(*lines, fmt.Sprintf(format, args...)) }

@@ -1,10 +1,12 @@
 package trainer_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/gorovod/gorovod/bertgraph/trainer"
 	"github.com/gorovod/gorovod/horovod"
 	"github.com/gorovod/gorovod/tf/checkpoint"
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // steps records what the trainer reports.
@@ -141,5 +144,65 @@ func TestBadClipNormAndEndingData(t *testing.T) {
 	res, err := tr.Train(data, from)
 	if !errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "ended at step 4 of 8") || !strings.Contains(err.Error(), "Repeat") || res.Step != 4 {
 		t.Errorf("Train over data read once: step %d, %v; want io.EOF at step 4 of 8, naming Repeat", res.Step, err)
+	}
+}
+
+// A run whose updates are skipped (gradients not finite: here a learning rate that blows the
+// weights up) writes one TensorBoard point a step, not one per skipped update at the step
+// that did not advance, and its file starts with the SessionLog START of its first step.
+func TestSkippedUpdatesWriteOnePointAStep(t *testing.T) {
+	hvd, err := horovod.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	sched, err := schedule.New(32, 8, 1, 0, 1e30, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1e30, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := tr.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{Repeat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	if _, err := tr.Train(data, from); err == nil || !strings.Contains(err.Error(), "training diverged") {
+		t.Fatalf("Train: %v, want the divergence after 100 skipped updates", err)
+	}
+	events, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	if len(events) != 1 {
+		t.Fatalf("events files %v", events)
+	}
+	out := testenv.Python(t, `
+import json, sys
+import tensorflow as tf
+print(json.dumps([[e.step, e.session_log.status] for e in tf.compat.v1.train.summary_iterator(sys.argv[1]) if not e.file_version]))
+`, events[0])
+	var got [][2]int64
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(got) < 2 || got[0] != [2]int64{1, 1} {
+		t.Fatalf("events (step, session_log status) %v: want a START at step 1 first", got)
+	}
+	seen := map[int64]bool{}
+	for _, e := range got[1:] {
+		if seen[e[0]] {
+			t.Fatalf("step %d has several points: %v", e[0], got)
+		}
+		seen[e[0]] = true
 	}
 }

@@ -32,6 +32,8 @@ const (
 	eventStep        protowire.Number = 2
 	eventFileVersion protowire.Number = 3
 	eventSummary     protowire.Number = 5
+	eventSessionLog  protowire.Number = 7
+	sessionStatus    protowire.Number = 1 // SessionLog.status
 	summaryValue     protowire.Number = 1
 	valueTag         protowire.Number = 1
 	valueSimpleValue protowire.Number = 2
@@ -97,6 +99,23 @@ func (w *Writer) header(step int64) []byte {
 		b = protowire.AppendVarint(b, uint64(step))
 	}
 	return b
+}
+
+// sessionStart is SessionLog.SessionStatus START.
+const sessionStart = 1
+
+// SessionStart writes a SessionLog START event at step, as TensorFlow's summary hooks write one
+// when a session starts training: TensorBoard then drops the events at step or later of the
+// files before this one (those of a run killed after its last checkpoint, which the resumed run
+// trains again), so that each step has one point. Write it before the run's first step.
+func (w *Writer) SessionStart(step int64) error {
+	var log []byte
+	log = protowire.AppendTag(log, sessionStatus, protowire.VarintType)
+	log = protowire.AppendVarint(log, sessionStart)
+	w.ev = w.header(step)
+	w.ev = protowire.AppendTag(w.ev, eventSessionLog, protowire.BytesType)
+	w.ev = protowire.AppendBytes(w.ev, log)
+	return w.emit()
 }
 
 // Scalars writes one event at step holding a scalar summary per tag (tags sorted, so files are

@@ -133,3 +133,46 @@ func hostname(t *testing.T) string {
 	}
 	return h
 }
+
+// A run resumed from step 4 of a run killed after step 5 marks its start: TensorBoard's own
+// reader (the EventAccumulator its server uses) then shows one point a step, the resumed run's
+// from step 4 on, instead of steps 4 and 5 twice.
+func TestSessionStartDropsAKilledRunsLaterSteps(t *testing.T) {
+	dir := t.TempDir()
+	write := func(first, last int64, loss float64, start bool) {
+		w, err := Create(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start {
+			if err := w.SessionStart(first); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for step := first; step <= last; step++ {
+			if err := w.Scalars(step, map[string]float64{"loss": loss}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1, 5, 1, true) // killed after step 5, its checkpoint of step 3 kept
+	write(4, 6, 2, true) // resumed from step 3
+	out := testenv.Python(t, `
+import json, sys
+from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+acc = pea.EventAccumulator(sys.argv[1])
+acc.Reload()
+print(json.dumps([[e.step, float(__import__("tensorflow").make_ndarray(e.tensor_proto))] for e in acc.Tensors("loss")]))
+`, dir)
+	var got [][2]float64
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := [][2]float64{{1, 1}, {2, 1}, {3, 1}, {4, 2}, {5, 2}, {6, 2}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("TensorBoard's points (step, loss): %v, want %v", got, want)
+	}
+}

@@ -33,6 +33,7 @@ type Reporter struct {
 	// and the examples processed since, for the steady rate of the summary.
 	firstDone     time.Time
 	steadyExample int64
+	reported      int64 // steps reported so far, this one included
 }
 
 // New returns a reporter for a run that goes from step first to step total. terminal selects the
@@ -63,6 +64,7 @@ func (r *Reporter) Report(s trainer.Step) {
 	t := r.now()
 	dt := t.Sub(r.last).Seconds()
 	r.last = t
+	r.reported++
 	if r.firstDone.IsZero() {
 		r.firstDone = t
 	} else {
@@ -70,7 +72,10 @@ func (r *Reporter) Report(s trainer.Step) {
 	}
 	if dt > 0 {
 		ex, st := float64(s.Examples)/dt, 1/dt
-		if r.rate == 0 {
+		// The first step's interval holds the set-up and warm-up since New: it stands in until
+		// the second, which starts the averages afresh (otherwise they would climb from it for
+		// tens of steps, in the log, the ETA and TensorBoard's examples_per_sec).
+		if r.rate == 0 || r.reported == 2 {
 			r.rate, r.stepRate = ex, st
 		} else {
 			r.rate += smoothing * (ex - r.rate)

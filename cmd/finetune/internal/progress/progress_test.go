@@ -40,6 +40,26 @@ func TestPlainLinesEveryNStepsWithRatesAndETA(t *testing.T) {
 	}
 }
 
+// The first step's interval, with the set-up and warm-up in it, does not drag the rates: from
+// the second step on they are the steady ones.
+func TestRatesStartAfterTheFirstStep(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Unix(0, 0)}
+	r := newReporter(&b, false, 0, 0, 10, 1, c.now)
+	c.tick(20 * time.Second) // loading, graph optimisation
+	r.Report(trainer.Step{Step: 1, Examples: 64})
+	for step := int64(2); step <= 4; step++ {
+		c.tick(500 * time.Millisecond)
+		r.Report(trainer.Step{Step: step, Examples: 64})
+		if got := r.Rate(); got != 128 {
+			t.Errorf("step %d: rate %v, want 128", step, got)
+		}
+	}
+	if !strings.Contains(b.String(), "step 2/10: loss = 0.00000, learning_rate = 0, examples/sec = 128.0, global_step/sec = 2, eta = 4s") {
+		t.Errorf("log:\n%s", b.String())
+	}
+}
+
 func TestBarRedrawsInPlaceAndLogsMoveItAside(t *testing.T) {
 	var b bytes.Buffer
 	c := &clock{t: time.Unix(0, 0)}
