@@ -19,12 +19,13 @@ def test_tensorboard_reads_the_scalars_finetune_writes(tmp_path):
     subprocess.run(["go", "build", "-o", str(finetune), "./cmd/finetune"], cwd=ROOT, check=True, timeout=900)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "train.tsv").write_text("".join(f"{i % 2}\tmovie number {i} was {'good' if i % 2 else 'bad'}\n"
-                                            for i in range(8)))
+    lines = "".join(f"{i % 2}\tmovie number {i} was {'good' if i % 2 else 'bad'}\n" for i in range(8))
+    (data / "train.tsv").write_text(lines)
+    (data / "dev.tsv").write_text(lines)
     out = tmp_path / "out"
     batch, steps, peak = 4, 4, 5e-5  # 8 examples x 2 epochs / batch 4 on one rank
     run = subprocess.run(
-        [str(finetune), "--do_train", f"--saved_model={TINY_MODEL}", f"--data_dir={data}",
+        [str(finetune), "--do_train", "--do_eval", f"--saved_model={TINY_MODEL}", f"--data_dir={data}",
          f"--output_dir={out}", f"--train_batch_size={batch}", "--num_train_epochs=2",
          f"--learning_rate={peak}", "--warmup_proportion=0", "--export_dir=none"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
@@ -47,3 +48,13 @@ def test_tensorboard_reads_the_scalars_finetune_writes(tmp_path):
     assert all(p.value > 0 for tag in ("loss", "global_norm", "examples_per_sec") for p in scalars[tag])
     walls = [p.wall_time for p in scalars["loss"]]
     assert walls == sorted(walls) and walls[0] > 1.5e9, walls
+
+    # The evaluation, as Estimator's evaluate writes it for run_classifier: a run "eval" of its own
+    # with eval_results.txt's metrics at the trained global step.
+    results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
+    evals = event_accumulator.EventAccumulator(str(out / "eval"), size_guidance={event_accumulator.SCALARS: 0})
+    evals.Reload()
+    assert set(evals.Tags()["scalars"]) == {"eval_accuracy", "eval_loss", "loss"}
+    for tag in ("eval_accuracy", "eval_loss", "loss"):
+        (point,) = evals.Scalars(tag)
+        assert point.step == steps and np.float32(point.value) == np.float32(results[tag]), (tag, point, results)

@@ -55,6 +55,10 @@ func (j *job) evaluate(step int64) error {
 	if err := writeEvalResults(path, res); err != nil {
 		return err
 	}
+	// The curves serve TensorBoard; eval_results.txt holds the results whatever happens to them.
+	if err := writeEvalSummary(filepath.Join(c.OutputDir, evalSummaryDir), res); err != nil {
+		j.console.infof("warning: the evaluation's TensorBoard events could not be written: %v (eval_results.txt has them)", err)
+	}
 	j.console.infof("***** Eval results ***** (%d examples of %s, %d bad lines skipped, %s, in %v) -> %s",
 		total.Examples, j.in.dev, r.Counts().Skipped, j.batchesAtOnce(), time.Since(start).Round(time.Millisecond), path)
 	j.console.infof("  eval_accuracy = %s", pyFloat32(res.Accuracy))

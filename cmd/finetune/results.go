@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/gorovod/gorovod/tf/atomicfile"
+	"github.com/gorovod/gorovod/tf/summary"
 )
 
 // evalResult is what run_classifier writes to eval_results.txt.
@@ -41,6 +44,28 @@ func writeEvalResults(path string, r evalResult) error {
 		return err
 	}
 	return atomicfile.Write(path, []byte(strings.Join(lines, "\n")+"\n"))
+}
+
+// evalSummaryDir is where Estimator's evaluate writes its TensorBoard events, under the model
+// directory: TensorBoard shows its points beside the training curves as the run "eval".
+const evalSummaryDir = "eval"
+
+// writeEvalSummary writes r's metrics at its global step to a new events file in dir, under the
+// tags Estimator's evaluate gives run_classifier's (eval_accuracy, eval_loss, loss), and a
+// float16 run's loss_scale.
+func writeEvalSummary(dir string, r evalResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	w, err := summary.Create(dir)
+	if err != nil {
+		return err
+	}
+	values := map[string]float64{"eval_accuracy": r.Accuracy, "eval_loss": r.Loss, "loss": r.BatchLoss}
+	if r.LossScale != 0 {
+		values["loss_scale"] = r.LossScale
+	}
+	return errors.Join(w.Scalars(r.GlobalStep, values), w.Close())
 }
 
 // pyFloat32 formats v as Python's str() of a numpy float32: the shortest digits that read back
