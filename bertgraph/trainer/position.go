@@ -17,25 +17,40 @@ import (
 const positionSuffix = ".input_position.json"
 
 // inputPosition is what a resumed run needs to continue each rank's example stream exactly:
-// the dataset is deterministic given its options, so the number of batches every rank drew
+// the dataset is deterministic given its options, so the number of examples every rank drew
 // (the same on all ranks: they step together) is enough, at the same number of ranks.
 type inputPosition struct {
+	// Batches is the number of batches each rank drew: at least the global step.
 	Batches int64 `json:"batches"`
+	// Examples is the number of examples each rank drew in them, and BatchSize the batch size
+	// of the run that saved the file; 0 (unknown) in files written before they were recorded,
+	// whose examples are Batches times the batch size of the run that reads them.
+	Examples  int64 `json:"examples,omitempty"`
+	BatchSize int   `json:"batch_size,omitempty"`
 	// Ranks is the number of ranks that drew them, each from its own shard; 0 (unknown) in
 	// files written before it was recorded.
 	Ranks int `json:"ranks,omitempty"`
 }
 
-// withInputPosition extends the model's save with the input position of drawn batches. The
-// checkpoint manager runs it in its temporary directory, so the position file is renamed into
-// place with the data shards, before the index and the state file make the checkpoint visible,
-// and retention deletes it with them.
-func withInputPosition(save checkpoint.SaveFunc, drawn int64, ranks int) checkpoint.SaveFunc {
+// examples is the number of examples each rank drew, those of a file that does not say reckoned
+// at batchSize.
+func (p inputPosition) examples(batchSize int) int64 {
+	if p.Examples > 0 || p.Batches == 0 {
+		return p.Examples
+	}
+	return p.Batches * int64(batchSize)
+}
+
+// withInputPosition extends the model's save with the input position pos. The checkpoint
+// manager runs it in its temporary directory, so the position file is renamed into place with
+// the data shards, before the index and the state file make the checkpoint visible, and
+// retention deletes it with them.
+func withInputPosition(save checkpoint.SaveFunc, pos inputPosition) checkpoint.SaveFunc {
 	return func(prefix string) error {
 		if err := save(prefix); err != nil {
 			return err
 		}
-		b, _ := json.Marshal(inputPosition{Batches: drawn, Ranks: ranks})
+		b, _ := json.Marshal(pos)
 		if err := os.WriteFile(prefix+positionSuffix, b, 0o644); err != nil {
 			return fmt.Errorf("writing the input position: %w", err)
 		}
@@ -62,8 +77,8 @@ func readInputPosition(prefix string, step int64) (inputPosition, error) {
 	if pos.Batches < step {
 		return inputPosition{}, fmt.Errorf("resume: %s says %d batches were drawn, fewer than the checkpoint's %d steps", path, pos.Batches, step)
 	}
-	if pos.Ranks < 0 {
-		return inputPosition{}, fmt.Errorf("resume: %s says %d ranks drew the batches", path, pos.Ranks)
+	if pos.Ranks < 0 || pos.Examples < 0 || pos.BatchSize < 0 {
+		return inputPosition{}, fmt.Errorf("resume: %s says %d ranks drew %d examples in batches of %d", path, pos.Ranks, pos.Examples, pos.BatchSize)
 	}
 	return pos, nil
 }
@@ -77,19 +92,31 @@ func readInputPosition(prefix string, step int64) (inputPosition, error) {
 // the per-rank position cannot be mapped onto the new shards. Each rank skips as many batches
 // of its new shard as every rank had drawn (keeping drawn batches >= global steps, which the
 // next resume checks); which examples come next differs from an uninterrupted run.
-func sizeChangeWarning(prefix string, pos inputPosition, ranks int) string {
+func sizeChangeWarning(prefix string, pos inputPosition, ranks int, examples int64) string {
 	if pos.Ranks == 0 || pos.Ranks == ranks {
 		return ""
 	}
 	return fmt.Sprintf("warning: %s was saved by a run of %d rank(s), this one has %d: the steps, the peak learning rate and the data shards follow the new size "+
-		"(each rank skips %d batches of its new shard)", prefix, pos.Ranks, ranks, pos.Batches)
+		"(each rank skips %d examples of its new shard)", prefix, pos.Ranks, ranks, examples)
 }
 
-// skipBatches advances ds past the records of batches batches of batchSize. Next reads and
-// checks each record's framing but does not decode its features; the shuffle buffer needs the
-// records themselves, so they cannot be seeked over.
-func skipBatches(ds *tfrecord.Dataset, batches int64, batchSize int) error {
-	for range batches * int64(batchSize) {
+// batchChangeWarning is what a run of batch size batchSize per rank logs when it resumes from
+// the checkpoint prefix saved at another ("" when they are equal, or the saved one is unknown):
+// like Estimator, it goes on from the global step, and the steps and the learning rate follow
+// the new batch size; the data continues after the examples each rank drew.
+func batchChangeWarning(prefix string, pos inputPosition, batchSize int) string {
+	if pos.BatchSize == 0 || pos.BatchSize == batchSize {
+		return ""
+	}
+	return fmt.Sprintf("warning: %s was saved by a run of batch size %d per rank, this one has %d: the steps and the learning rate follow the new size, "+
+		"and each rank's data continues after the %d examples it drew", prefix, pos.BatchSize, batchSize, pos.examples(batchSize))
+}
+
+// skipExamples advances ds past n records. Next reads and checks each record's framing but
+// does not decode its features; the shuffle buffer needs the records themselves, so they
+// cannot be seeked over.
+func skipExamples(ds *tfrecord.Dataset, n int64) error {
+	for range n {
 		if _, err := ds.Next(); err != nil {
 			return err
 		}
@@ -101,19 +128,19 @@ func skipBatches(ds *tfrecord.Dataset, batches int64, batchSize int) error {
 // update skipped since it was saved (gradients not finite) drew a batch without a step, so the
 // checkpoint's weights and slots are still this step's but its position is behind, and a run
 // resumed from it would train on that batch again and on every later one a batch late.
-func (t *Trainer) updatePosition(drawn int64) error {
+func (t *Trainer) updatePosition(drawn inputPosition) error {
 	prefix, step, _, err := t.ckpts.Latest()
 	if err != nil {
 		return err
 	}
 	pos, err := readInputPosition(prefix, step)
-	if err != nil || pos.Batches == drawn {
+	if err != nil || pos.Batches == drawn.Batches {
 		return err
 	}
-	b, _ := json.Marshal(inputPosition{Batches: drawn, Ranks: t.size})
+	b, _ := json.Marshal(drawn)
 	if err := atomicfile.Write(prefix+positionSuffix, b); err != nil {
 		return fmt.Errorf("updating the input position of %s: %w", prefix, err)
 	}
-	t.infof("%s: %d batches drawn (updates skipped since it was saved)", prefix+positionSuffix, drawn)
+	t.infof("%s: %d batches drawn (updates skipped since it was saved)", prefix+positionSuffix, drawn.Batches)
 	return nil
 }

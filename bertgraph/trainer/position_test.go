@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,10 +98,14 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 	continued := func(t *testing.T, rp resumePoint) [][]string {
 		t.Helper()
 		ds := open()
-		if err := skipBatches(ds, rp.Batches, batchSize); err != nil {
+		if err := skipExamples(ds, rp.examples(batchSize)); err != nil {
 			t.Fatal(err)
 		}
 		return batchGUIDs(t, ds, batchSize, total-int(rp.Batches))
+	}
+	// at is the position of a run of batchSize that drew batches on ranks ranks.
+	at := func(batches int64, ranks int) inputPosition {
+		return inputPosition{Batches: batches, Examples: batches * batchSize, BatchSize: batchSize, Ranks: ranks}
 	}
 	// saveStep saves global step `step` through save into a new checkpoint directory.
 	saveStep := func(t *testing.T, save checkpoint.SaveFunc) (ckpts, prefix string) {
@@ -117,7 +122,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 	}
 
 	t.Run("with the position file", func(t *testing.T) {
-		ckpts, _ := saveStep(t, withInputPosition(fakeModel, drawn, 1))
+		ckpts, _ := saveStep(t, withInputPosition(fakeModel, at(drawn, 1)))
 		rp := resumeAt(t, ckpts)
 		if rp.Step != step || rp.Batches != drawn {
 			t.Fatalf("resume point step %d, %d batches drawn; want %d, %d", rp.Step, rp.Batches, step, drawn)
@@ -125,18 +130,18 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if got, want := continued(t, rp), uninterrupted[drawn:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
 		}
-		if w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1); w != "" {
+		if w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1, rp.examples(batchSize)) + batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize); w != "" {
 			t.Errorf("resuming at the same size warns: %s", w)
 		}
 	})
 	t.Run("saved by another number of ranks: resumes with a warning", func(t *testing.T) {
-		ckpts, p := saveStep(t, withInputPosition(fakeModel, drawn, 4))
+		ckpts, p := saveStep(t, withInputPosition(fakeModel, at(drawn, 4)))
 		rp := resumeAt(t, ckpts)
 		if rp.Step != step || rp.Batches != drawn || rp.Ranks != 4 {
 			t.Fatalf("resume point %+v; want step %d, %d batches of 4 ranks", rp, step, drawn)
 		}
-		w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1)
-		for _, want := range []string{p + " was saved by a run of 4 rank(s), this one has 1", "peak learning rate", "skips 7 batches of its new shard"} {
+		w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1, rp.examples(batchSize))
+		for _, want := range []string{p + " was saved by a run of 4 rank(s), this one has 1", "peak learning rate", "skips 21 examples of its new shard"} {
 			if !strings.Contains(w, want) {
 				t.Errorf("warning %q does not say %q", w, want)
 			}
@@ -151,8 +156,8 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if got, want := continued(t, rp), uninterrupted[step:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
 		}
-		if rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 3) != "" {
-			t.Errorf("an unknown size: %+v, warning %q", rp, sizeChangeWarning(rp.Prefix, rp.inputPosition, 3))
+		if rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 3, 0)+batchChangeWarning(rp.Prefix, rp.inputPosition, 5) != "" {
+			t.Errorf("an unknown size: %+v", rp)
 		}
 	})
 	t.Run("a position file from before the rank count resumes", func(t *testing.T) {
@@ -161,20 +166,20 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		rp := resumeAt(t, ckpts)
-		if rp.Batches != drawn || rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 2) != "" {
-			t.Errorf("resume point %+v, warning %q", rp, sizeChangeWarning(rp.Prefix, rp.inputPosition, 2))
+		if rp.Batches != drawn || rp.Ranks != 0 || rp.examples(batchSize) != drawn*batchSize || sizeChangeWarning(rp.Prefix, rp.inputPosition, 2, 0) != "" {
+			t.Errorf("resume point %+v", rp)
 		}
 	})
 	// Steps 6 and 7 skipped after the save at step 5, then a stop: the final save finds the
 	// step saved and brings its position up to the batches drawn, as the loop calls it.
 	t.Run("updates skipped after the latest save move its position", func(t *testing.T) {
-		ckpts, _ := saveStep(t, withInputPosition(fakeModel, step, 1))
+		ckpts, _ := saveStep(t, withInputPosition(fakeModel, at(step, 1)))
 		m, err := checkpoint.Open(ckpts, 5, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := &Trainer{ckpts: m, size: 1, opts: Options{Logf: t.Logf}}
-		if err := tr.saveCheckpoint(step, drawn); err != nil {
+		tr := &Trainer{ckpts: m, size: 1, opts: Options{Logf: t.Logf, BatchSize: batchSize}}
+		if err := tr.saveCheckpoint(step, inputPosition{Batches: drawn, Examples: drawn * batchSize}); err != nil {
 			t.Fatal(err)
 		}
 		rp := resumeAt(t, ckpts)
@@ -185,8 +190,27 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
 		}
 	})
+	// A run of batch size 1 saved after 7 batches (7 examples); the resumed run of batch size 3
+	// goes on with example 8, not with example 22 (7 of its own batches), and says the size
+	// changed.
+	t.Run("saved at another batch size: the data continues after its examples", func(t *testing.T) {
+		ckpts, p := saveStep(t, withInputPosition(fakeModel, inputPosition{Batches: drawn, Examples: drawn, BatchSize: 1, Ranks: 1}))
+		rp := resumeAt(t, ckpts)
+		ds := open()
+		if err := skipExamples(ds, rp.examples(batchSize)); err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Collect(slices.Chunk(slices.Concat(batchGUIDs(t, open(), 1, drawn+3*batchSize)...)[drawn:], batchSize))
+		if got := batchGUIDs(t, ds, batchSize, 3); !reflect.DeepEqual(got, want) {
+			t.Errorf("the resumed run trains on\n%v\nthe examples after the 7 drawn are\n%v", got, want)
+		}
+		w := batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize)
+		if want := p + " was saved by a run of batch size 1 per rank, this one has 3"; !strings.Contains(w, want) || !strings.Contains(w, "after the 7 examples it drew") {
+			t.Errorf("warning %q", w)
+		}
+	})
 	t.Run("a damaged position file is an error naming it", func(t *testing.T) {
-		_, p := saveStep(t, withInputPosition(fakeModel, drawn, 1))
+		_, p := saveStep(t, withInputPosition(fakeModel, at(drawn, 1)))
 		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 3}`), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -52,13 +52,17 @@ func (t *Trainer) Start() (Position, error) {
 			return Position{}, fmt.Errorf("checkpoint %s holds global_step %d, its name says %d", local, got, resume.Step)
 		}
 		t.infof("resuming from %s at step %d", prefix, resume.Step)
-		if w := sizeChangeWarning(prefix, resume.inputPosition, t.size); w != "" {
-			t.infof("%s", w)
+		examples := resume.examples(t.opts.BatchSize)
+		for _, w := range []string{sizeChangeWarning(prefix, resume.inputPosition, t.size, examples),
+			batchChangeWarning(prefix, resume.inputPosition, t.opts.BatchSize)} {
+			if w != "" {
+				t.infof("%s", w)
+			}
 		}
 		if local != prefix { // a received copy: restored, no longer needed
 			os.RemoveAll(filepath.Dir(local))
 		}
-		return Position{resume.Step, resume.Batches}, nil
+		return Position{resume.Step, resume.Batches, examples}, nil
 	}
 	if t.rank == 0 && t.opts.InitCheckpoint != "" {
 		report, err := t.model.InitFromCheckpoint(t.opts.InitCheckpoint)
@@ -81,7 +85,7 @@ func (t *Trainer) Start() (Position, error) {
 	}
 	// A fresh start: one batch per step for whatever steps the SavedModel already holds.
 	step, err := t.model.GlobalStep()
-	return Position{step, step}, err
+	return Position{step, step, step * int64(t.opts.BatchSize)}, err
 }
 
 // named views each variable's part of f as a horovod tensor named after the variable.
@@ -110,10 +114,14 @@ func (t *Trainer) Train(data *tfrecord.Dataset, from Position) (Result, error) {
 	if from.Step >= t.opts.Schedule.TrainSteps {
 		return Result{Step: from.Step}, nil
 	}
-	if err := skipBatches(data, from.Batches, t.opts.BatchSize); err != nil {
+	drawn := inputPosition{Batches: from.Batches, Examples: from.Examples}
+	if drawn.Examples == 0 {
+		drawn.Examples = from.Batches * int64(t.opts.BatchSize)
+	}
+	if err := skipExamples(data, drawn.Examples); err != nil {
 		return Result{Step: from.Step}, t.dataEnded(err, from.Step)
 	}
-	res, err := t.loop(data, from.Step, from.Batches)
+	res, err := t.loop(data, from.Step, drawn)
 	return res, t.dataEnded(err, res.Step)
 }
 
@@ -128,7 +136,7 @@ func (t *Trainer) dataEnded(err error, step int64) error {
 
 // loop is the training loop of one rank: train step, fused allreduce of the gradients, apply,
 // and on rank 0 the progress, the summaries and the checkpoints.
-func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error) {
+func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) (Result, error) {
 	var lossScale float32 // after the last step trained
 	o := &t.opts
 	// In place: the sums overwrite the gradients in their one contiguous buffer, which the
@@ -198,7 +206,8 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step, drawn int64) (Result, error
 		if err := data.ReadBatch(batch, true); err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
-		drawn++
+		drawn.Batches++
+		drawn.Examples += int64(o.BatchSize)
 		clock.lap(&phases.Other)
 		st, err := t.model.TrainStep(batch, bertgraph.DropoutSeed{o.Seed + int64(t.rank), step}, grads)
 		if err != nil {
@@ -363,16 +372,17 @@ func (c *phaseClock) lap(phase *time.Duration) {
 	c.last = now
 }
 
-// saveCheckpoint saves the model and optimizer state of global step step, with the number of
-// batches drawn so far (see positionSuffix).
-func (t *Trainer) saveCheckpoint(step, drawn int64) error {
+// saveCheckpoint saves the model and optimizer state of global step step, with the batches and
+// examples drawn so far (see positionSuffix).
+func (t *Trainer) saveCheckpoint(step int64, drawn inputPosition) error {
+	drawn.BatchSize, drawn.Ranks = t.opts.BatchSize, t.size
 	if t.ckpts.IsLatest(step) { // the final save coincides with a periodic one or the resumed one
 		return t.updatePosition(drawn)
 	}
 	p, err := t.ckpts.Save(step, withInputPosition(func(prefix string) error {
 		_, err := t.model.Save(prefix)
 		return err
-	}, drawn, t.size))
+	}, drawn))
 	if err == nil {
 		t.infof("saved checkpoint %s", p)
 	}

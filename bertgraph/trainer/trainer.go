@@ -76,10 +76,12 @@ type Step struct {
 	Skipped    int64   // updates skipped so far for non-finite gradients
 }
 
-// Position is where a run starts: the global step the weights hold and the batches of training
-// data each rank drew before it (more than the steps when updates were skipped).
+// Position is where a run starts: the global step the weights hold, the batches of training
+// data each rank drew before it (more than the steps when updates were skipped) and the
+// examples in them (Batches times the batch size of the runs that drew them; 0 for Batches
+// times this run's).
 type Position struct {
-	Step, Batches int64
+	Step, Batches, Examples int64
 }
 
 // Result is how a Train call ended.

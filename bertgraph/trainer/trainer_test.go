@@ -94,7 +94,7 @@ func TestStopThenResume(t *testing.T) {
 		t.Fatalf("latest checkpoint after the stop: step %d, ok %v, %v", step, ok, err)
 	}
 	from, res, reported = run(0)
-	if from != (trainer.Position{Step: 2, Batches: 2}) || res.Step != 4 || res.Stopped != nil {
+	if from != (trainer.Position{Step: 2, Batches: 2, Examples: 16}) || res.Step != 4 || res.Stopped != nil {
 		t.Fatalf("resumed run: from %+v, result %+v; want from step 2 to the schedule's 4", from, res)
 	}
 	for i, st := range reported {
