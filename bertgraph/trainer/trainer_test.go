@@ -104,24 +104,32 @@ func TestStopThenResume(t *testing.T) {
 	}
 }
 
-// New refuses a clip norm Apply would refuse at the first step (after Start's broadcast); Train
-// on data that ends before the schedule says why, naming the step (the schedule's 8 steps over
-// 32 examples read once end at step 4).
-func TestBadClipNormAndEndingData(t *testing.T) {
+// tinyRun is a job of this process alone, the tiny model and the schedule of epochs over the
+// 32 training records in batches of 8 at learning rate lr, closed when the test ends.
+func tinyRun(t *testing.T, epochs, lr float64) (*horovod.Horovod, *bertgraph.Model, schedule.Schedule) {
+	t.Helper()
 	hvd, err := horovod.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hvd.Shutdown()
+	t.Cleanup(func() { hvd.Shutdown() })
 	model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer model.Close()
-	sched, err := schedule.New(32, 8, 2, 0, 1e-3, 1)
+	t.Cleanup(func() { model.Close() })
+	sched, err := schedule.New(32, 8, epochs, 0, lr, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return hvd, model, sched
+}
+
+// New refuses a clip norm Apply would refuse at the first step (after Start's broadcast); Train
+// on data that ends before the schedule says why, naming the step (the schedule's 8 steps over
+// 32 examples read once end at step 4).
+func TestBadClipNormAndEndingData(t *testing.T) {
+	hvd, model, sched := tinyRun(t, 2, 1e-3)
 	for _, clip := range []float64{0, -1, math.Inf(1), math.NaN(), 1e39} {
 		_, err := trainer.New(hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: clip})
 		if err == nil || !strings.Contains(err.Error(), "clip norm") {
@@ -151,20 +159,7 @@ func TestBadClipNormAndEndingData(t *testing.T) {
 // weights up) writes one TensorBoard point a step, not one per skipped update at the step
 // that did not advance, and its file starts with the SessionLog START of its first step.
 func TestSkippedUpdatesWriteOnePointAStep(t *testing.T) {
-	hvd, err := horovod.Init()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hvd.Shutdown()
-	model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	sched, err := schedule.New(32, 8, 1, 0, 1e30, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hvd, model, sched := tinyRun(t, 1, 1e30)
 	dir := t.TempDir()
 	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1e30, Logf: t.Logf})
 	if err != nil {

@@ -112,9 +112,14 @@ func (w *Writer) SessionStart(step int64) error {
 	var log []byte
 	log = protowire.AppendTag(log, sessionStatus, protowire.VarintType)
 	log = protowire.AppendVarint(log, sessionStart)
+	return w.event(step, eventSessionLog, log)
+}
+
+// event writes an event at step holding payload as its field (a SessionLog, a Summary).
+func (w *Writer) event(step int64, field protowire.Number, payload []byte) error {
 	w.ev = w.header(step)
-	w.ev = protowire.AppendTag(w.ev, eventSessionLog, protowire.BytesType)
-	w.ev = protowire.AppendBytes(w.ev, log)
+	w.ev = protowire.AppendTag(w.ev, field, protowire.BytesType)
+	w.ev = protowire.AppendBytes(w.ev, payload)
 	return w.emit()
 }
 
@@ -131,10 +136,7 @@ func (w *Writer) Scalars(step int64, values map[string]float64) error {
 		summary = protowire.AppendTag(summary, summaryValue, protowire.BytesType)
 		summary = protowire.AppendBytes(summary, v)
 	}
-	w.ev = w.header(step)
-	w.ev = protowire.AppendTag(w.ev, eventSummary, protowire.BytesType)
-	w.ev = protowire.AppendBytes(w.ev, summary)
-	return w.emit()
+	return w.event(step, eventSummary, summary)
 }
 
 func (w *Writer) emit() error {
