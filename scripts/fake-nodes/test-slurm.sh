@@ -32,7 +32,8 @@ finetune_flags() {
 }
 # checkpoint_step DIR: the step of DIR's latest checkpoint, per its checkpoint state file; -1 if none.
 checkpoint_step() {
-	found=$(sed -n 's/^model_checkpoint_path: "model\.ckpt-\([0-9]*\)"$/\1/p' "$1/checkpoint" 2>/dev/null)
+	# No state file yet: sed fails, which set -e must not turn into no output.
+	found=$(sed -n 's/^model_checkpoint_path: "model\.ckpt-\([0-9]*\)"$/\1/p' "$1/checkpoint" 2>/dev/null) || found=
 	echo "${found:--1}"
 }
 # submit SECONDS OUT EXAMPLES [SBATCH-OPTIONS]: the user's CPU script, sbatch bounded to SECONDS;
