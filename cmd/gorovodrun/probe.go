@@ -218,13 +218,30 @@ type probeConn struct {
 	index int
 	conn  net.Conn
 	addrs []ifaceAddr
-	// reports gets the probe's reach report, or its error, once it has probed.
-	reports chan probeReport
 }
 
+// probeReport is what the probe of host index reached of its successor, or its error.
 type probeReport struct {
+	index   int
 	reached reachReport
 	err     error
+}
+
+// receive returns the next value of ch, or an error saying what was awaited when the probes'
+// mpirun exits or the deadline (timeout) passes first.
+func receive[T any](ch <-chan T, exited <-chan error, timeout <-chan time.Time, what string) (T, error) {
+	var zero T
+	select {
+	case v := <-ch:
+		return v, nil
+	case err := <-exited:
+		if err == nil {
+			err = errors.New("exited")
+		}
+		return zero, fmt.Errorf("the probes' mpirun ended before %s: %v", what, err)
+	case <-timeout:
+		return zero, fmt.Errorf("no answer by the start timeout: %s", what)
+	}
 }
 
 // serveProbes holds the conversation (see the top of this file) with n probes connecting to ln
@@ -232,6 +249,7 @@ type probeReport struct {
 // does not report by deadline, or the probes' mpirun exits first.
 func serveProbes(ln net.Listener, token string, n int, deadline time.Time, exited <-chan error) ([]reachReport, error) {
 	ready := make(chan *probeConn, n)
+	reports := make(chan probeReport, n)
 	stop := make(chan struct{})
 	// Run last to first: the listener closed, the connections let go, then waited for.
 	var conns sync.WaitGroup
@@ -249,7 +267,7 @@ func serveProbes(ln net.Listener, token string, n int, deadline time.Time, exite
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
-				serveProbe(conn, token, n, deadline, ready, stop)
+				serveProbe(conn, token, n, deadline, ready, reports, stop)
 			}()
 		}
 	}()
@@ -257,39 +275,15 @@ func serveProbes(ln net.Listener, token string, n int, deadline time.Time, exite
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	probes := make([]*probeConn, n)
-	waitFor := func(what string, done func() bool, next func() error) error {
-		for !done() {
-			select {
-			case err := <-exited:
-				if err == nil {
-					err = errors.New("exited")
-				}
-				return fmt.Errorf("the probes' mpirun ended before %s: %v", what, err)
-			case <-timer.C:
-				return fmt.Errorf("no answer by the start timeout: %s", what)
-			default:
-				if err := next(); err != nil {
-					return err
-				}
-			}
+	for range n {
+		p, err := receive(ready, exited, timer.C, "every host's probe reported its addresses")
+		if err != nil {
+			return nil, fmt.Errorf("%v (%s)", err, missing(probes))
 		}
-		return nil
-	}
-	got := 0
-	err := waitFor("every host's probe reported its addresses", func() bool { return got == n }, func() error {
-		select {
-		case p := <-ready:
-			if probes[p.index] != nil {
-				return fmt.Errorf("two probes say they are host %d", p.index)
-			}
-			probes[p.index] = p
-			got++
-		case <-time.After(50 * time.Millisecond):
+		if probes[p.index] != nil {
+			return nil, fmt.Errorf("two probes say they are host %d", p.index)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%v (%s)", err, missing(probes))
+		probes[p.index] = p
 	}
 	for i, p := range probes {
 		var b strings.Builder
@@ -302,29 +296,15 @@ func serveProbes(ln net.Listener, token string, n int, deadline time.Time, exite
 		}
 	}
 	reached := make([]reachReport, n)
-	got = 0
-	err = waitFor("every host's probe reported what it reached", func() bool { return got == n }, func() error {
-		for i, p := range probes {
-			if reached[(i+1)%n] != nil {
-				continue
-			}
-			select {
-			case r := <-p.reports:
-				if r.err != nil {
-					return fmt.Errorf("host %d's probe: %v", i, r.err)
-				}
-				reached[(i+1)%n] = r.reached
-				got++
-			default:
-			}
+	for range n {
+		r, err := receive(reports, exited, timer.C, "every host's probe reported what it reached")
+		if err != nil {
+			return nil, err
 		}
-		if got < n {
-			time.Sleep(20 * time.Millisecond)
+		if r.err != nil {
+			return nil, fmt.Errorf("host %d's probe: %v", r.index, r.err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		reached[(r.index+1)%n] = r.reached
 	}
 	for _, p := range probes {
 		io.WriteString(p.conn, "exit\n")
@@ -345,7 +325,7 @@ func missing(probes []*probeConn) string {
 
 // serveProbe reads one connection: a probe's hello and addresses (then it is sent to ready),
 // then its reach report. A connection that does not start with the token is closed.
-func serveProbe(conn net.Conn, token string, n int, deadline time.Time, ready chan<- *probeConn, stop <-chan struct{}) {
+func serveProbe(conn net.Conn, token string, n int, deadline time.Time, ready chan<- *probeConn, reports chan<- probeReport, stop <-chan struct{}) {
 	defer conn.Close()
 	conn.SetDeadline(deadline)
 	r := bufio.NewReader(conn)
@@ -360,7 +340,15 @@ func serveProbe(conn net.Conn, token string, n int, deadline time.Time, ready ch
 	if _, err := io.WriteString(conn, "welcome "+token+"\n"); err != nil {
 		return
 	}
-	p := &probeConn{index: index, conn: conn, reports: make(chan probeReport, 1)}
+	p := &probeConn{index: index, conn: conn}
+	// A report waits for room only while gorovodrun listens (a probe it refused reports too).
+	report := func(r probeReport) {
+		r.index = index
+		select {
+		case reports <- r:
+		case <-stop:
+		}
+	}
 	for {
 		w, err := readWords(r)
 		if err != nil {
@@ -383,14 +371,14 @@ func serveProbe(conn net.Conn, token string, n int, deadline time.Time, ready ch
 	for {
 		w, err := readWords(r)
 		if err != nil {
-			p.reports <- probeReport{err: fmt.Errorf("its connection: %v", err)}
+			report(probeReport{err: fmt.Errorf("its connection: %v", err)})
 			return
 		}
 		if len(w) == 1 && w[0] == "done" {
 			break
 		}
 		if len(w) < 4 || w[0] != "reach" {
-			p.reports <- probeReport{err: fmt.Errorf("unexpected %q", strings.Join(w, " "))}
+			report(probeReport{err: fmt.Errorf("unexpected %q", strings.Join(w, " "))})
 			return
 		}
 		iface, ok := w[1], w[3] == "ok"
@@ -405,7 +393,7 @@ func serveProbe(conn net.Conn, token string, n int, deadline time.Time, ready ch
 			reached[iface] = why
 		}
 	}
-	p.reports <- probeReport{reached: reached}
+	report(probeReport{reached: reached})
 	// Hold the connection until gorovodrun has written exit (or gives up): the probe answers
 	// its predecessor until then.
 	<-stop
