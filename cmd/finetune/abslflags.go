@@ -107,10 +107,20 @@ func readFlagfile(path string, reading []string) ([]string, error) {
 		if !strings.HasPrefix(line, "-") {
 			return nil, fmt.Errorf("--flagfile %s:%d: %q is not a flag (one --name=value a line)", path, n, line)
 		}
+		if isFlagfileLine(line) && !isFlagfileLine(raw) {
+			// absl reads a flagfile line as one only from the line's first character: indented,
+			// it is passed on as a flag, which run_classifier.py refuses as unknown.
+			return nil, fmt.Errorf("--flagfile %s:%d: %q is indented: absl reads another flagfile only from a line's first character", path, n, line)
+		}
 		lines = append(lines, line)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("--flagfile %s: %w", path, err)
 	}
 	return lines, nil
+}
+
+// isFlagfileLine is absl's test of a flagfile line naming another flagfile.
+func isFlagfileLine(line string) bool {
+	return strings.HasPrefix(line, "--flagfile=") || strings.HasPrefix(line, "-flagfile=")
 }

@@ -552,11 +552,14 @@ func TestAbslFormsParseAsAbslDoes(t *testing.T) {
 	os.WriteFile(loop, []byte("--do_train\n--flagfile="+loop+"\n"), 0o644)
 	notFlag := filepath.Join(dir, "positional.flags")
 	os.WriteFile(notFlag, []byte("--do_train\n\ndata/\n"), 0o644)
+	indented := filepath.Join(dir, "indented.flags")
+	os.WriteFile(indented, []byte("--do_train\n  --flagfile="+inner+"\n"), 0o644)
 	for _, tc := range []struct{ arg, want string }{
 		{"--flagfile=" + filepath.Join(dir, "missing.flags"), "missing.flags: no such file"},
 		{"--flagfile=" + loop, "--flagfile " + loop + " includes itself"},
 		{"--flagfile=" + notFlag, notFlag + `:3: "data/" is not a flag`},
 		{"--flagfile", "--flagfile needs a file"},
+		{"--flagfile=" + indented, indented + `:2: "--flagfile=` + inner + `" is indented`},
 		{"--nodata_dir", "flag provided but not defined: -nodata_dir"}, // no: for boolean flags only
 	} {
 		_, err := parseConfig([]string{"--data_dir=d", "--output_dir=o", "--saved_model=m", tc.arg}, io.Discard)
