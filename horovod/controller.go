@@ -16,7 +16,7 @@ type controller struct {
 	control, data backend.Backend
 	rank, size    int
 
-	mu    sync.Mutex // guards queue and the fields down to joinResult
+	mu    sync.Mutex // guards queue and the fields down to groups
 	queue tensorQueue
 	// executing holds the requests taken out of the queue for the collective in progress (turn
 	// holder only): when it fails they fail with it, since stop reaches only the requests in
@@ -26,6 +26,7 @@ type controller struct {
 	shutdownAsked bool
 	joinAsked     bool
 	joinResult    chan int
+	groups        uint64 // grouped allreduces queued so far: groups are numbered in queueing order
 	wake          chan struct{}
 	stopped       chan struct{}
 	// closing is held for reading by callers that touch memory the data backend lent (a
@@ -105,7 +106,19 @@ func (c *controller) enqueue(reqs []*request) error {
 	if c.joinAsked {
 		return fmt.Errorf("horovod: rank %d has called Join: it submits no more operations until every rank has joined", c.rank)
 	}
-	return c.queue.push(c.rank, reqs)
+	if err := c.queue.push(c.rank, reqs); err != nil {
+		return err
+	}
+	if len(reqs) > 0 && reqs[0].groupSize > 0 {
+		// Numbered once queued: a call refused on this rank alone (a name already in flight here, a
+		// Join in progress) must not move this rank's count of groups away from the others'.
+		c.groups++
+		group := fmt.Sprintf("group.%d", c.groups)
+		for _, r := range reqs {
+			r.group = group
+		}
+	}
+	return nil
 }
 
 func (c *controller) poke() {

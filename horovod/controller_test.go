@@ -253,13 +253,28 @@ func TestGroupsOfDifferentSizesFail(t *testing.T) {
 	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
 }
 
-// A GroupedAllreduce that one rank refuses before submitting anything (a bad tensor) leaves
-// that rank's count of groups where the others' is: the next groups still match.
+// A GroupedAllreduce that one rank refuses before submitting anything (a bad tensor, a name
+// already in flight there) leaves that rank's count of groups where the others' is: the next
+// groups still match.
 func TestARefusedGroupLeavesTheGroupsInStep(t *testing.T) {
 	hs, _ := job(t, 2)
 	bad := Tensor{DType: Float32, Shape: []int{3}, Data: make([]byte, 4)}
 	if _, err := hs[1].GroupedAllreduce([]NamedTensor{{"w", bad}}, AllreduceOptions{}); err == nil {
 		t.Fatal("a tensor of 3 elements in 4 bytes was accepted")
+	}
+	x := mustTensor(t, []int{1}, []float32{2})
+	pending, err := hs[1].AllreduceAsync("x", x, AllreduceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs[1].GroupedAllreduce([]NamedTensor{{"x", x}, {"y", x}}, AllreduceOptions{}); err == nil {
+		t.Fatal("a group naming an allreduce in flight on its rank was accepted")
+	}
+	if _, err := hs[0].Allreduce("x", x, AllreduceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pending.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	for range 2 {
 		onEveryRank(t, hs, func(h *Horovod) error {

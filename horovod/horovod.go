@@ -38,7 +38,6 @@ import (
 	"log"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
@@ -51,7 +50,6 @@ type Horovod struct {
 	cfg      config
 	log      *log.Logger
 	ctl      *controller
-	groups   atomic.Uint64 // grouped allreduce counter: groups are numbered in call order
 	shutdown sync.Once
 	closeErr error
 	// hostFallback logs, once, that the data backend could not lend host memory for an arena.

@@ -116,12 +116,6 @@ func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tens
 		}
 		reqs[i] = req
 	}
-	// Numbered once the group is sure to be submitted: a call refused here, on this rank alone,
-	// must not move this rank's count of groups away from the others'.
-	group := fmt.Sprintf("group.%d", h.groups.Add(1))
-	for _, r := range reqs {
-		r.group = group
-	}
 	if err := h.ctl.await(reqs...); err != nil {
 		return nil, err
 	}
