@@ -11,6 +11,7 @@
 static MPI_Comm world = MPI_COMM_NULL;
 static MPI_Datatype half_type = MPI_DATATYPE_NULL, bf16_type = MPI_DATATYPE_NULL;
 static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL, half_prod = MPI_OP_NULL;
+static MPI_Op byte_sum = MPI_OP_NULL;
 static int we_initialized = 0;
 static int world_rank = 0, world_size = 1;
 
@@ -48,6 +49,16 @@ static void half_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 
 static void half_prod_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 	hvdHalfReduce(in, inout, *len, HVD_PROD, *dt == bf16_type);
+}
+
+// The int8 and uint8 sum wraps around, as C's, TensorFlow's, NCCL's and the shared-memory sum's
+// (shm_reduce.c) do: OpenMPI 4.1's AVX operators (op/avx) saturate 8-bit sums instead
+// (open-mpi/ompi#8045, "wontfix"), which made a short tensor's sum differ from a long one's. Two's
+// complement makes the same bytes right for both types.
+static void byte_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+	const uint8_t *a = in;
+	uint8_t *b = inout;
+	for (int i = 0; i < *len; i++) b[i] = (uint8_t)(a[i] + b[i]);
 }
 
 int hvd_mpi_init(hvd_topology *topo) {
@@ -91,6 +102,7 @@ int hvd_mpi_init(hvd_topology *topo) {
 	MPI_Op_create(half_min_fn, 1, &half_min);
 	MPI_Op_create(half_max_fn, 1, &half_max);
 	MPI_Op_create(half_prod_fn, 1, &half_prod);
+	MPI_Op_create(byte_sum_fn, 1, &byte_sum);
 	return MPI_SUCCESS;
 }
 
@@ -118,6 +130,7 @@ static MPI_Op mpi_op(int dtype, int op) {
 		}
 		return MPI_OP_NULL;
 	}
+	if (op == HVD_SUM && (dtype == HVD_INT8 || dtype == HVD_UINT8)) return byte_sum;
 	switch (op) {
 	case HVD_SUM: return MPI_SUM;
 	case HVD_MIN: return MPI_MIN;
@@ -295,6 +308,7 @@ int hvd_mpi_finalize(void) {
 	MPI_Op_free(&half_min);
 	MPI_Op_free(&half_max);
 	MPI_Op_free(&half_prod);
+	MPI_Op_free(&byte_sum);
 	MPI_Type_free(&half_type);
 	MPI_Type_free(&bf16_type);
 	MPI_Comm_free(&world);

@@ -130,6 +130,29 @@ func testSixteenBitOperators(t *testing.T, topo backend.Topology, f sixteenBit) 
 	}
 }
 
+// TestByteSumsWrap: a sum of int8 or uint8 wraps around, as C's, TensorFlow's and NCCL's do,
+// whether MPI reduces it (a short tensor) or shared memory does: OpenMPI 4.1's AVX operators
+// saturate 8-bit sums instead (open-mpi/ompi#8045), which made a result depend on the length.
+func TestByteSumsWrap(t *testing.T) {
+	topo := need(t)
+	for _, dt := range []backend.DType{backend.Int8, backend.Uint8} {
+		for _, n := range []int{64, SharedAllreduceMinBytes + 64} {
+			in := bytes.Repeat([]byte{100}, n) // 2 ranks sum past int8's 127
+			if dt == backend.Uint8 {
+				in = bytes.Repeat([]byte{200}, n) // and past uint8's 255
+			}
+			want := byte(int(in[0]) * topo.Size)
+			out := make([]byte, n)
+			if err := comm.Allreduce(in, out, dt, backend.Sum); err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Count(out, []byte{want}) != n {
+				t.Errorf("%v sum of %d elements of %d over %d ranks: element 0 is %d, want %d (wrapped)", dt, n, in[0], topo.Size, out[0], want)
+			}
+		}
+	}
+}
+
 func TestInPlaceAndOutOfPlaceAgree(t *testing.T) {
 	topo := need(t)
 	in := make([]byte, 8*1000)
