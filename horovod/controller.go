@@ -283,6 +283,9 @@ func (c *controller) round(byCaller bool) (busy, over bool) {
 	}
 	if lastJoined >= 0 {
 		c.mu.Lock()
+		// The ranks that joined early took part in the others' groups without calling
+		// GroupedAllreduce: every rank counts its groups afresh, as all have nothing in flight.
+		c.groups = 0
 		if c.joinAsked {
 			c.joinAsked = false
 			c.joinResult <- lastJoined

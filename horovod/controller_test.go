@@ -379,6 +379,36 @@ func TestJoin(t *testing.T) {
 	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
 }
 
+// A rank that has joined takes part in the others' groups without calling GroupedAllreduce:
+// once every rank has joined, the ranks' next groups still match.
+func TestGroupsWhileARankHasJoined(t *testing.T) {
+	hs, _ := job(t, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		if h.Rank() == 1 { // out of data first
+			_, err := h.Join()
+			return err
+		}
+		x := mustTensor(t, nil, []float32{1})
+		out, err := h.GroupedAllreduce([]NamedTensor{{"u", x}, {"v", x}}, AllreduceOptions{Op: Sum})
+		if err != nil {
+			return err
+		}
+		if v := mustValues[float32](out[1])[0]; v != 1 {
+			return fmt.Errorf("v summed to %v with rank 1 joined, want 1", v)
+		}
+		_, err = h.Join()
+		return err
+	})
+	onEveryRank(t, hs, func(h *Horovod) error {
+		x := mustTensor(t, nil, []float32{1})
+		out, err := h.GroupedAllreduce([]NamedTensor{{"u", x}, {"v", x}}, AllreduceOptions{Op: Sum})
+		if err == nil && mustValues[float32](out[1])[0] != 2 {
+			err = fmt.Errorf("v summed to %v, want 2", mustValues[float32](out[1]))
+		}
+		return err
+	})
+}
+
 func TestStallWarningNamesTensorsAndRanks(t *testing.T) {
 	g := newLoopback(3)
 	var logs [3]syncBuffer

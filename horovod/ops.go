@@ -104,8 +104,9 @@ func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, 
 // GroupedAllreduce reduces the tensors as one unit: they are negotiated together and execute in
 // the same round (fused where they fit the threshold), never split across steps. Every rank must
 // group the same names, and the ranks' calls are matched by their order, as Horovod's groups
-// are: the n-th GroupedAllreduce of every rank (counting the calls that submitted a group) forms
-// one group, so goroutines that group concurrently must call in the same order on every rank.
+// are: the n-th GroupedAllreduce of every rank (counting the calls that submitted a group, since
+// the last Join every rank completed) forms one group, so goroutines that group concurrently must
+// call in the same order on every rank. A rank that has joined takes part in the others' groups.
 // Ranks that grouped different tensors get an error naming each rank's members.
 func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tensor, error) {
 	reqs := make([]*request, len(ts))
