@@ -34,8 +34,15 @@ func newTensorQueue() tensorQueue { return tensorQueue{inflight: map[string]*req
 func (q *tensorQueue) push(rank int, reqs []*request) error {
 	seen := map[string]bool{}
 	for _, r := range reqs {
-		if q.inflight[r.name] != nil || seen[r.name] {
-			return &Error{Op: r.kind.String(), Tensor: r.name, Reason: fmt.Sprintf("duplicate name: an operation of that name is already in flight on rank %d (names must be unique among outstanding operations)", rank)}
+		why := ""
+		switch {
+		case q.inflight[r.name] != nil:
+			why = fmt.Sprintf("an operation of that name is already in flight on rank %d", rank)
+		case seen[r.name]:
+			why = "the call names it twice" // a group or BroadcastVariables: nothing is in flight
+		}
+		if why != "" {
+			return &Error{Op: r.kind.String(), Tensor: r.name, Reason: "duplicate name: " + why + " (names must be unique among outstanding operations)"}
 		}
 		seen[r.name] = true
 	}

@@ -29,11 +29,17 @@ func TestTensorQueue(t *testing.T) {
 	if err := q.push(3, []*request{requestNamed("c")}); err != nil {
 		t.Fatal(err)
 	}
-	for _, batch := range [][]*request{{requestNamed("d"), requestNamed("a")}, {requestNamed("e"), requestNamed("e")}} {
+	for _, c := range []struct {
+		batch []*request
+		why   string
+	}{
+		{[]*request{requestNamed("d"), requestNamed("a")}, "an operation of that name is already in flight on rank 3"},
+		{[]*request{requestNamed("e"), requestNamed("e")}, "the call names it twice"},
+	} {
 		var he *Error
-		err := q.push(3, batch)
-		if !errors.As(err, &he) || he.Tensor != batch[1].name || he.Reason != "duplicate name: an operation of that name is already in flight on rank 3 (names must be unique among outstanding operations)" {
-			t.Errorf("push %v: %v", names(batch), err)
+		err := q.push(3, c.batch)
+		if !errors.As(err, &he) || he.Tensor != c.batch[1].name || he.Reason != "duplicate name: "+c.why+" (names must be unique among outstanding operations)" {
+			t.Errorf("push %v: %v", names(c.batch), err)
 		}
 	}
 	if got := names(q.popQueued()); !slices.Equal(got, []string{"a", "b", "c"}) {
