@@ -12,6 +12,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 ROOT        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+# make splits file names at spaces: in a checkout whose path has one, every rule would name files
+# that do not exist (go build alone copes with it).
+ifneq ($(words $(ROOT)),1)
+$(error the path of this checkout has a space ($(ROOT)), which make cannot handle: clone it at a path without spaces)
+endif
 VENV        := $(ROOT)/.venv
 PY          := $(VENV)/bin/python
 CACHE       := $(ROOT)/.cache

