@@ -52,11 +52,14 @@ setup: debs venv tflib $(SETUP_TARGETS)
 # python3-venv for the virtualenv; nodejs and npm for `make data` (npm install), only when there
 # is no npm command: a Node.js from elsewhere (NodeSource's, whose nodejs package conflicts with
 # Debian's npm) is used as it is. apt-get runs as root, or through sudo for another user. Areas
-# add theirs to DEBS in mk/*.mk.
+# add theirs to DEBS in mk/*.mk. A package counts when installed, not when dpkg knows it: one
+# removed but not purged keeps its config files and dpkg -s still succeeds on it.
 DEBS += libopenmpi-dev openmpi-bin pkg-config python3-venv
 debs:
 	@need=""; \
-	dpkg -s $(DEBS) >/dev/null 2>&1 || need="$(DEBS)"; \
+	for p in $(DEBS); do \
+	  [ "$$(dpkg-query -W -f='$${db:Status-Status}' $$p 2>/dev/null)" = installed ] || need="$${need:+$$need }$$p"; \
+	done; \
 	command -v npm >/dev/null || need="$${need:+$$need }nodejs npm"; \
 	if [ -n "$$need" ]; then \
 	  sudo=""; \

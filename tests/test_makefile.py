@@ -90,3 +90,41 @@ def test_checkout_path_with_a_space_is_refused_by_name(tmp_path):
     p = subprocess.run(["make", "-C", str(tree), "help"], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0, p.stdout + p.stderr
     assert f"the path of this checkout has a space ({tree})" in p.stderr, p.stderr
+
+
+DPKG_STATUS = """Package: {name}
+Status: {status}
+Maintainer: x <x@example.org>
+Architecture: amd64
+Version: 1.0
+Description: x
+"""
+
+
+def test_debs_installs_a_package_removed_but_not_purged(tmp_path):
+    # A dpkg database where openmpi-bin was removed (apt-get remove) and keeps its config files:
+    # dpkg -s still reports it, with status 0.
+    admin = tmp_path / "dpkg"
+    (admin / "updates").mkdir(parents=True)
+    (admin / "available").touch()
+    (admin / "status").write_text(DPKG_STATUS.format(name="pkg-config", status="install ok installed") + "\n"
+                                  + DPKG_STATUS.format(name="openmpi-bin", status="deinstall ok config-files"))
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    installed = tmp_path / "apt-get.args"
+    fakes = {
+        "dpkg": f'exec /usr/bin/dpkg --admindir={admin} "$@"',
+        "dpkg-query": f'exec /usr/bin/dpkg-query --admindir={admin} "$@"',
+        "apt-get": f'echo "$@" >> {installed}',
+        "sudo": 'exec "$@"',
+        "npm": "exit 0",
+    }
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    p = subprocess.run(["make", "-s", "-C", str(make_tree(tmp_path)), "debs", "DEBS=pkg-config openmpi-bin"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "installing Debian packages: openmpi-bin" in p.stdout, p.stdout
+    assert installed.read_text().splitlines()[-1].split()[-1] == "openmpi-bin"
