@@ -19,7 +19,8 @@ lint-gpu: $(VENV_STAMP)
 
 # A two-rank job where rank 0 can set up NCCL (over nccl/testdata/fakelib.c, built here) and
 # rank 1 cannot: both must fail Open with the same account of who failed, and neither may hang.
-test-gpu-agreement:
+# Its test binary links Open MPI, which make debs installs.
+test-gpu-agreement: debs
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	gcc -shared -fPIC -DFAKE_CUDA -o $$tmp/libcudart.so $(ROOT)/nccl/testdata/fakelib.c; \
 	gcc -shared -fPIC -DFAKE_NCCL -o $$tmp/libnccl.so $(ROOT)/nccl/testdata/fakelib.c; \
@@ -47,7 +48,7 @@ gpu-check:
 # overridden GPU_CHECK_BUNDLE never empties anything else).
 GPU_CHECK_BUNDLE ?= $(ROOT)/build/gpu-check
 GPU_CHECK_BUNDLE_MARKER = .gorovod-gpu-check-bundle
-gpu-check-bundle:
+gpu-check-bundle: debs
 	@dir='$(GPU_CHECK_BUNDLE)'; \
 	if [ -z "$$dir" ]; then echo 'gpu-check-bundle: GPU_CHECK_BUNDLE is empty' >&2; exit 1; \
 	elif [ -f "$$dir/$(GPU_CHECK_BUNDLE_MARKER)" ]; then rm -rf "$$dir"; \

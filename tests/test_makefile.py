@@ -128,3 +128,15 @@ def test_debs_installs_a_package_removed_but_not_purged(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "installing Debian packages: openmpi-bin" in p.stdout, p.stdout
     assert installed.read_text().splitlines()[-1].split()[-1] == "openmpi-bin"
+
+
+def test_targets_building_the_mpi_backend_on_their_own_install_debian_packages(tmp_path):
+    # Run alone on a fresh machine, they compile horovod/mpi, which cgo finds through pkg-config
+    # and Open MPI's ompi-c: without `make debs` they stop at 'exec: "pkg-config": executable file
+    # not found'.
+    tree = make_tree(tmp_path)
+    for target in ("test-gpu-agreement", "gpu-check-bundle"):
+        p = subprocess.run(["make", "-n", "-C", str(tree), target], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "apt-get install" in p.stdout, (target, p.stdout)
