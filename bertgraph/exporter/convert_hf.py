@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from . import checkpoint, outdir
@@ -153,7 +154,11 @@ def convert(hf_dir, out_dir, log=lambda s: print(s, file=sys.stderr)):
             raise ValueError(f"--hf_dir {hf_dir} has no {name}")
     outdir.check(out_dir, "bert_model.ckpt.index", "a converted model")
     config = bert_config_from_hf(json.loads((hf_dir / "config.json").read_text()))
-    weights, skipped = convert_weights(load_file(str(hf_dir / "model.safetensors")), config)
+    try:
+        hf_weights = load_file(str(hf_dir / "model.safetensors"))
+    except SafetensorError as e:  # a truncated or corrupted file: safetensors names none
+        raise ValueError(f"{hf_dir / 'model.safetensors'}: {e}") from e
+    weights, skipped = convert_weights(hf_weights, config)
     for name in skipped:
         log(f"skipped (not part of the encoder): {name}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)

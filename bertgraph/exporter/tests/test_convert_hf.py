@@ -119,3 +119,14 @@ def test_checkpoint_round_trip(tmp_path):
     assert sorted(back) == ["a/b", "global_step"]
     np.testing.assert_array_equal(back["a/b"], values["a/b"])
     assert back["global_step"] == 7
+
+
+def test_truncated_weights_file_is_named(tmp_path, capsys):
+    # A model.safetensors cut short (a disk filled up, a copy interrupted) fails safetensors'
+    # header check, whose message alone names no file.
+    for name in ("config.json", "vocab.txt"):
+        (tmp_path / name).write_bytes((HF_DIR / name).read_bytes())
+    (tmp_path / "model.safetensors").write_bytes((HF_DIR / "model.safetensors").read_bytes()[:1 << 20])
+    with pytest.raises(SystemExit):
+        convert_hf.main(["--hf_dir", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert f"{tmp_path / 'model.safetensors'}: " in capsys.readouterr().err
