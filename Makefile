@@ -1,10 +1,12 @@
 # gorovod: every target is idempotent and quick when its work is already done.
 #
-#   make setup   Debian packages, the project virtualenv, the TensorFlow C library laid out
+#   make setup   Debian packages, the project virtualenv, the TensorFlow C library, the models
 #   make test    setup, go vet, gofmt check, Go tests, Python tests, and each area's extra tests
 #   make bench   every benchmark, printed side by side with its reference
 #   make run     the main job on its embedded default
 #
+#   Each part of make test and make bench runs on its own too: docs/testing.md, docs/benchmarks.md.
+
 # Areas add their own targets in mk/*.mk and register them in the *_TARGETS lists below.
 
 SHELL := /bin/bash
