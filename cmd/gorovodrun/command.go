@@ -130,7 +130,9 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 }
 
 // sshArgs is the setting that puts -p and -i on each ssh command line mpirun starts a host's
-// daemon with; nil without them.
+// daemon with; nil without them. Open MPI splits plm_rsh_args at spaces and passes the pieces to
+// ssh as they are, with no shell between: quoting them would hand ssh the quotes (the -i flag
+// refuses a path with a space instead).
 func sshArgs(o options) *mpirunArg {
 	var ssh []string
 	if o.sshPort != 0 {
@@ -142,7 +144,7 @@ func sshArgs(o options) *mpirunArg {
 	if ssh == nil {
 		return nil
 	}
-	a := mcaArg("plm_rsh_args", shellLine(ssh))
+	a := mcaArg("plm_rsh_args", strings.Join(ssh, " "))
 	return &a
 }
 

@@ -47,7 +47,7 @@ func TestCommandDefaults(t *testing.T) {
 }
 
 func TestCommandAllFlags(t *testing.T) {
-	o := mustParse(t, "-np", "4", "-H", "host1:2,host2:2", "-p", "2222", "-i", "/k/id rsa", "--network-interface", "eth0",
+	o := mustParse(t, "-np", "4", "-H", "host1:2,host2:2", "-p", "2222", "-i", "/k/id_rsa", "--network-interface", "eth0",
 		"--network-interface=eth1,ib0", "--oversubscribe", "--sigkill-timeout", "30", "--output-filename", "logs",
 		"--prefix-output-with-timestamp", "--fusion-threshold-mb", "64", "--cycle-time-ms", "3.5", "--cache-capacity", "0",
 		"--timeline-filename", "/t/tl.json", "--no-stall-check", "--stall-check-warning-time-seconds", "30",
@@ -58,7 +58,7 @@ func TestCommandAllFlags(t *testing.T) {
 		"--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
 		"--mca", "odls_base_sigkill_timeout", "30",
 		"--oversubscribe",
-		"--mca", "plm_rsh_args", "-p 2222 -i '/k/id rsa'",
+		"--mca", "plm_rsh_args", "-p 2222 -i /k/id_rsa",
 		"--mca", "btl_tcp_if_include", "eth0,eth1,ib0", "-x", "NCCL_SOCKET_IFNAME=eth0,eth1,ib0",
 		"--output-filename", "logs", "--timestamp-output",
 		"-x", "HOROVOD_FUSION_THRESHOLD=67108864", "-x", "HOROVOD_CYCLE_TIME=3.5", "-x", "HOROVOD_CACHE_CAPACITY=0",
@@ -71,6 +71,24 @@ func TestCommandAllFlags(t *testing.T) {
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "HOROVOD_HIERARCHICAL_ALLREDUCE") {
 		t.Errorf("warnings: %q, want one naming HOROVOD_HIERARCHICAL_ALLREDUCE", warnings)
+	}
+}
+
+// Open MPI splits plm_rsh_args at spaces and gives the pieces to ssh as they are, without a
+// shell: the identity file must reach ssh unquoted, so that a path ssh expands itself
+// (~/.ssh/id_rsa, as a command line or script writes --ssh-identity-file=~/...) or one with a
+// quote is the file ssh opens.
+func TestSSHArgsReachSSHAsOpenMPISplitsThem(t *testing.T) {
+	for _, key := range []string{"~/.ssh/id_rsa", "/keys/o'brien", "/k/id_rsa"} {
+		o := mustParse(t, "-np", "2", "-p", "2222", "--ssh-identity-file="+key, "prog")
+		argv, _ := mpirunCommand(o, nil, false)
+		i := slices.Index(argv, "plm_rsh_args")
+		if i < 0 || i+1 == len(argv) {
+			t.Fatalf("no plm_rsh_args in %q", argv)
+		}
+		if got, want := strings.Split(argv[i+1], " "), []string{"-p", "2222", "-i", key}; !reflect.DeepEqual(got, want) {
+			t.Errorf("-i %s: ssh gets %q, want %q", key, got, want)
+		}
 	}
 }
 
@@ -148,7 +166,7 @@ func TestDryRunLineIsTheCommand(t *testing.T) {
 	if err != nil {
 		t.Skip("no sh")
 	}
-	o := mustParse(t, "-np", "2", "-i", "it's key", "--timeline-filename", "/a b/$HOME/`x`", "--",
+	o := mustParse(t, "-np", "2", "-i", "~/it's_key", "--timeline-filename", "/a b/$HOME/`x`", "--",
 		"prog", "", "a\"b", `c\d`, "e\nf", "*", "~", "^x", "--flag=1,2:3")
 	argv, _ := mpirunCommand(o, []string{"PATH=/bin"}, true)
 	out, err := exec.Command(sh, "-c", `printf '%s\0' `+shellLine(argv)).Output()

@@ -107,6 +107,9 @@ var flagSpecs = []flagSpec{
 		return nil
 	}},
 	{[]string{"-i", "--ssh-identity-file"}, "FILE", "ssh private key for every host", func(o *options, v string) error {
+		if strings.Contains(v, " ") {
+			return errors.New("a path with a space cannot reach ssh: mpirun passes ssh's options in plm_rsh_args, which Open MPI splits at spaces")
+		}
 		o.sshIdentityFile = v
 		return nonEmpty(v)
 	}},

@@ -91,6 +91,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-np", "2", "--verbose=yes", "p"}, []string{"--verbose takes no value"}},
 		{[]string{"-np", "2", "-p", "0", "p"}, []string{`-p "0"`, "port"}},
 		{[]string{"-np", "2", "--ssh-port", "70000", "p"}, []string{`--ssh-port "70000"`}},
+		{[]string{"-np", "2", "-i", "/k/id rsa", "p"}, []string{`-i "/k/id rsa"`, "a space", "plm_rsh_args"}},
 		{[]string{"-np", "2", "--network-interface", "eth0,,eth1", "p"}, []string{`bad interface name ""`}},
 		{[]string{"-np", "2", "--sigkill-timeout", "-1", "p"}, []string{"--sigkill-timeout"}},
 		{[]string{"-np", "2", "--fusion-threshold-mb", "-1", "p"}, []string{`--fusion-threshold-mb "-1"`}},
