@@ -198,6 +198,10 @@ var flagSpecs = []flagSpec{
 	{[]string{"--mpi"}, "", "run over MPI (gorovodrun's only way; accepted for horovodrun command lines)", func(_ *options, _ string) error {
 		return nil
 	}},
+	{[]string{"--no-autotune", "--no-hierarchical-allreduce", "--no-hierarchical-allgather", "--no-timeline-mark-cycles", "--disable-cache"}, "",
+		"what gorovod always does: no autotuning, no hierarchical collectives, no cycle marks in the timeline, no cache of host checks (accepted for horovodrun command lines)", func(_ *options, _ string) error {
+			return nil
+		}},
 	{[]string{"--verbose"}, "", "print the mpirun command line to standard error before running it", func(o *options, _ string) error {
 		o.verbose = true
 		return nil
@@ -213,12 +217,12 @@ var flagSpecs = []flagSpec{
 }
 
 var refusedFlags = []refusedFlag{
-	{[]string{"--autotune", "--no-autotune", "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
+	{[]string{"--autotune", "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
 		"--autotune-bayes-opt-max-samples", "--autotune-gaussian-process-noise"},
 		"gorovod's horovod package does not autotune: set --fusion-threshold-mb and --cycle-time-ms"},
-	{[]string{"--hierarchical-allreduce", "--no-hierarchical-allreduce", "--hierarchical-allgather", "--no-hierarchical-allgather"},
+	{[]string{"--hierarchical-allreduce", "--hierarchical-allgather"},
 		"gorovod's horovod package has no hierarchical collectives"},
-	{[]string{"--timeline-mark-cycles", "--no-timeline-mark-cycles"},
+	{[]string{"--timeline-mark-cycles"},
 		"gorovod's timeline does not mark cycles (--timeline-filename is supported)"},
 	{[]string{"--mpi-threads-disable", "--no-mpi-threads-disable", "--num-nccl-streams", "--thread-affinity",
 		"--log-level", "--log-with-timestamp", "--log-without-timestamp", "--log-hide-timestamp", "--no-log-hide-timestamp"},
@@ -232,8 +236,6 @@ var refusedFlags = []refusedFlag{
 		"gorovod has no elastic training"},
 	{[]string{"--config-file"},
 		"give the settings as flags"},
-	{[]string{"--disable-cache"},
-		"gorovodrun keeps no cache of host checks: mpirun reports unreachable hosts itself"},
 	{[]string{"-cb", "--check-build", "-v", "--version"},
 		"gorovodrun has no version or build report of its own: the backends a program has are the ones it imports (horovod/mpi, horovod/ncclbackend), and `mpirun --version` names Open MPI's"},
 }

@@ -172,6 +172,24 @@ func TestRefusedFlags(t *testing.T) {
 	}
 }
 
+// horovodrun's flags that ask for what gorovodrun and horovod always do (no autotuning, no
+// hierarchical collectives, no cycle marks, no cache of host checks) are accepted, as --mpi is,
+// and change nothing: a horovodrun command line that says so runs.
+func TestFlagsOfWhatIsInForceChangeNothing(t *testing.T) {
+	want, _ := mpirunCommand(mustParse(t, "-np", "2", "p"), nil, false)
+	for _, name := range []string{"--disable-cache", "--no-autotune", "--no-hierarchical-allreduce",
+		"--no-hierarchical-allgather", "--no-timeline-mark-cycles"} {
+		o, err := parseArgs([]string{"-np", "2", name, "p"})
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got, _ := mpirunCommand(o, nil, false); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+}
+
 // --help lists each accepted flag, and each refused one with its reason.
 func TestHelp(t *testing.T) {
 	var out, errOut strings.Builder
