@@ -180,12 +180,19 @@ func probeInterfaces(o options, env []string, root bool, path string, timeout ti
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("running %s: %v", path, err)
 	}
+	// exited hands mpirun's end to serveProbes, which may take it; ended is closed at the same
+	// time, for waiting on mpirun after serveProbes failed.
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	ended := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(ended)
+		exited <- err
+	}()
 	reached, err := serveProbes(ln, token, len(o.hosts), time.Now().Add(timeout), exited)
 	if err != nil {
 		cancel()
-		<-exited
+		<-ended
 		if tail := strings.TrimSpace(output.String()); tail != "" {
 			err = fmt.Errorf("%v; mpirun said: %s", err, tail)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"net"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -110,5 +111,29 @@ func TestServeProbesFailures(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("took %v", d)
 		}
+	}
+}
+
+// A probes' mpirun that ends at once (its daemons could not start: ssh refused, a host down)
+// makes probeInterfaces return the error, which the launch warns about and goes on; it hung,
+// waiting a second time for the end serveProbes had already taken.
+func TestProbeInterfacesReturnsWhenMpirunEnds(t *testing.T) {
+	falsePath, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false")
+	}
+	o := mustParse(t, "-np", "2", "-H", "a:1,b:1", "prog")
+	done := make(chan error, 1)
+	go func() {
+		_, err := probeInterfaces(o, nil, false, falsePath, 30*time.Second)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if want := "the probes' mpirun ended before every host's probe reported its addresses: exit status 1"; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("got %v, want %s...", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("probeInterfaces did not return 10 s after its mpirun ended")
 	}
 }
