@@ -175,6 +175,9 @@ func probeInterfaces(o options, env []string, root bool, path string, timeout ti
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, argv[1:]...)
 	cmd.Env = env
+	// Killing mpirun does not end its children: an ssh to a host that does not answer keeps
+	// mpirun's output open for minutes, and Wait would wait for it, past the start timeout.
+	cmd.WaitDelay = time.Second
 	var output tailBuffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
@@ -198,7 +201,8 @@ func probeInterfaces(o options, env []string, root bool, path string, timeout ti
 		}
 		return nil, err
 	}
-	if err := <-exited; err != nil {
+	// Every probe reported: a child of mpirun holding its output past WaitDelay changes nothing.
+	if err := <-exited; err != nil && !errors.Is(err, exec.ErrWaitDelay) {
 		return nil, fmt.Errorf("the probes' mpirun: %v: %s", err, strings.TrimSpace(output.String()))
 	}
 	names := make([]string, len(o.hosts))

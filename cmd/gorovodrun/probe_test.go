@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -135,5 +137,23 @@ func TestProbeInterfacesReturnsWhenMpirunEnds(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("probeInterfaces did not return 10 s after its mpirun ended")
+	}
+}
+
+// The start timeout bounds the probe even where mpirun's children (ssh to a host that does not
+// answer) keep its output open after mpirun is killed: probeInterfaces waited for them to end.
+func TestProbeInterfacesStartTimeoutBoundsMpirunsChildren(t *testing.T) {
+	mpirun := filepath.Join(t.TempDir(), "mpirun")
+	if err := os.WriteFile(mpirun, []byte("#!/bin/sh\nsleep 30 &\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := mustParse(t, "-np", "2", "-H", "a:1,b:1", "prog")
+	start := time.Now()
+	_, err := probeInterfaces(o, nil, false, mpirun, time.Second)
+	if want := "no answer by the start timeout"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want %s...", err, want)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("returned %v after the start of a probe with a start timeout of 1 s", d.Round(time.Second))
 	}
 }
