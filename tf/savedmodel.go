@@ -81,10 +81,27 @@ func LoadSavedModel(dir string, tags []string, opts *SessionOptions) (*SavedMode
 		m.Tags, m.Signatures, m.SaverDef = mg.tags, mg.signatures, mg.saver
 		err = m.resolve()
 	}
+	if err == nil {
+		err = variablesMissing(dir, m.SaverDef)
+	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: %w", context, err), m.Close())
 	}
 	return m, nil
+}
+
+// variablesMissing tells why a loaded SavedModel whose MetaGraphDef has a saver, so variables,
+// holds none: TensorFlow's C++ loader takes a SavedModel without variables/variables.index for one
+// without variables and loads it with them uninitialized (every run then fails on a variable
+// read), where Python's tf.saved_model.load fails.
+func variablesMissing(dir string, saver *SaverDef) error {
+	if saver == nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "variables", "variables.index")); err != nil {
+		return fmt.Errorf("the MetaGraphDef has a SaverDef, so variables to restore, but TensorFlow restored none: %w", err)
+	}
+	return nil
 }
 
 // diagnoseSavedModel says what TensorFlow's load error leaves out: that saved_model.pb is not

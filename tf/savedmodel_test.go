@@ -175,6 +175,18 @@ func TestLoadSavedModelErrors(t *testing.T) {
 	if st, err := os.Stat(data); err != nil || os.Truncate(data, st.Size()/2) != nil {
 		t.Fatalf("truncating %s: %v", data, err)
 	}
+	// SavedModels whose variables directory is gone (a copy of saved_model.pb alone): TensorFlow's
+	// C++ loader would load them without their variables, Python's fails.
+	noVariables := map[string]string{}
+	for _, model := range []string{"tf1", "tf2"} {
+		noVariables[model] = filepath.Join(t.TempDir(), model)
+		if err := os.CopyFS(noVariables[model], os.DirFS(filepath.Join(dir, model))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(noVariables[model], "variables")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name, dir string
 		tags      []string
@@ -185,6 +197,8 @@ func TestLoadSavedModelErrors(t *testing.T) {
 		{"wrong tag", filepath.Join(dir, "tf2"), []string{"train"}, []string{filepath.Join(dir, "tf2"), "train", "NOT_FOUND", "has tag sets [serve]"}, ""},
 		{"corrupt saved_model.pb", corrupt, []string{"serve"}, []string{corrupt, "saved_model.pb is not a SavedModel protobuf"}, ""},
 		{"truncated saved_model.pb", truncated, []string{"serve"}, []string{truncated, "saved_model.pb is not a SavedModel protobuf"}, ""},
+		{"no variables (TF1)", noVariables["tf1"], []string{"serve"}, []string{filepath.Join(noVariables["tf1"], "variables", "variables.index"), "SaverDef"}, ""},
+		{"no variables (TF2)", noVariables["tf2"], []string{"serve"}, []string{filepath.Join(noVariables["tf2"], "variables", "variables.index"), "SaverDef"}, ""},
 		{"truncated variables", damaged, []string{"serve"}, []string{data + " is damaged", "OUT_OF_RANGE"}, "tag sets"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
