@@ -61,6 +61,19 @@ func (t DataType) String() string {
 	return fmt.Sprintf("dtype(%d)", int32(t))
 }
 
+// refOffset is what types.proto adds to a type for a reference to a tensor of it: DT_FLOAT_REF
+// (101) is the type of a TF1 variable's output when the variable is not a resource.
+const refOffset = 100
+
+// base is the type a reference type refers to, which TensorFlow takes for a feed of it; any
+// other type is its own base.
+func (t DataType) base() DataType {
+	if t > refOffset {
+		return t - refOffset
+	}
+	return t
+}
+
 // byteSize is the size of one element of the fixed-size types, 0 for the others.
 func (t DataType) byteSize() int {
 	switch t {

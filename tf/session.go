@@ -184,7 +184,8 @@ func (s *Session) checkOutput(o Output) error {
 	return nil
 }
 
-// checkFeed tells whether t fits the static type and shape of the tensor it replaces.
+// checkFeed tells whether t fits the static type (a reference's base type) and shape of the
+// tensor it replaces.
 func (s *Session) checkFeed(o Output, t *Tensor) error {
 	if err := s.checkOutput(o); err != nil {
 		return err
@@ -192,7 +193,7 @@ func (s *Session) checkFeed(o Output, t *Tensor) error {
 	if t == nil || t.c == nil {
 		return fmt.Errorf("tf: feed %s: nil or closed tensor", o.Name())
 	}
-	if want := o.DataType(); t.dtype != want {
+	if want := o.DataType().base(); t.dtype != want {
 		return fmt.Errorf("tf: feed %s: got %s%s, the graph wants %s", o.Name(), t.dtype, shapeString(t.shape), want)
 	}
 	dims, known, err := o.Shape()

@@ -2,8 +2,10 @@ package tf
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/tf/testenv"
 )
 
 // TestConcurrentRuns runs one signature from many goroutines with different inputs; each
@@ -276,4 +280,57 @@ func TestRunRejectsBadOutputs(t *testing.T) {
 		t.Errorf("run after the rejected ones: %v", v)
 	}
 	outs[0].Close()
+}
+
+// TestFeedOfAReferenceOutput feeds the output of a TF1 variable that is not a resource, whose
+// type is float32_ref: TensorFlow takes a float32 tensor for it, as Python's session.run does.
+func TestFeedOfAReferenceOutput(t *testing.T) {
+	graphDef := filepath.Join(t.TempDir(), "graph.pb")
+	python := testenv.Python(t, `
+import json, sys
+import tensorflow as tf
+g = tf.Graph()
+with g.as_default():
+    v = tf.compat.v1.Variable([1.0, 2.0], name="v", use_resource=False)
+    y = tf.multiply(v, 3.0, name="y")
+    with tf.compat.v1.Session() as s:
+        print(json.dumps(s.run(y, feed_dict={"v:0": [5.0, 6.0]}).tolist()))
+with open(sys.argv[1], "wb") as f:
+    f.write(g.as_graph_def().SerializeToString())
+`, graphDef)
+	var want []float32
+	if err := json.Unmarshal(python, &want); err != nil {
+		t.Fatalf("%v: %s", err, python)
+	}
+	b, err := os.ReadFile(graphDef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGraph()
+	defer g.Close()
+	if err := g.Import(b, ""); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSession(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v, _ := g.Output("v:0")
+	y, _ := g.Output("y:0")
+	x, _ := NewTensor([]float32{5, 6}, 2)
+	defer x.Close()
+	outs, err := s.Run(map[Output]*Tensor{v: x}, []Output{y}, nil)
+	if err != nil {
+		t.Fatalf("feeding %s (%s): %v", v, v.DataType(), err)
+	}
+	defer outs[0].Close()
+	if got, err := outs[0].Float32s(); err != nil || !slices.Equal(got, want) {
+		t.Errorf("y = %v, %v; Python %v", got, err, want)
+	}
+	xInt, _ := NewTensor([]int32{5, 6}, 2)
+	defer xInt.Close()
+	if _, err := s.Run(map[Output]*Tensor{v: xInt}, []Output{y}, nil); err == nil || !strings.Contains(err.Error(), "got int32[2], the graph wants float32") {
+		t.Errorf("feeding int32 to %s: %v", v, err)
+	}
 }
