@@ -66,6 +66,9 @@ type Reader struct {
 	offset int64
 	buf    []byte   // the last record's data and checksum, reused
 	header [12]byte // reused too: read through an interface, a local would escape each call
+	// err is the error of the record at offset, which every later Next returns again: the
+	// stream is then somewhere in or past that record.
+	err error
 }
 
 // NewReader reads records from r; path names it in errors.
@@ -77,15 +80,28 @@ func NewReader(r io.Reader, path string) *Reader {
 // dataset, file after file, epoch after epoch) needs one Reader.
 func (r *Reader) Reset(src io.Reader, path string) {
 	r.r.Reset(src)
-	r.path, r.offset = path, 0
+	r.path, r.offset, r.err = path, 0, nil
 }
 
 // Offset is the byte offset of the next record.
 func (r *Reader) Offset() int64 { return r.offset }
 
 // Next returns the next record's data, valid until the following call; io.EOF after the last
-// record; a *CorruptError for a bad checksum or a truncated record.
+// record; a *CorruptError for a bad checksum or a truncated record, and that same error from
+// every later call, as TensorFlow's reader, which reads by offset, fails on the record again.
 func (r *Reader) Next() ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	data, err := r.next()
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return data, err
+}
+
+// next reads one record; Next keeps its error.
+func (r *Reader) next() ([]byte, error) {
 	header := r.header[:]
 	n, err := io.ReadFull(r.r, header)
 	if err == io.EOF {

@@ -101,3 +101,36 @@ func TestHugeLengthIsTruncationNotAllocation(t *testing.T) {
 		t.Fatalf("allocated %d bytes for a 112-byte file", grew)
 	}
 }
+
+// After a corrupt record the reader's position in the stream is unknown to the framing (a bad
+// length) or past the record (bad data), so every later Next returns the same error, as
+// TensorFlow's reader, which reads by offset, fails on that record again: a caller that went on
+// must not get the records after it with the corrupt record's offset. Reset starts afresh.
+func TestErrorsAreSticky(t *testing.T) {
+	recs := [][]byte{[]byte("first"), []byte("second"), []byte("third")}
+	file := writeRecords(t, recs)
+	second := int64(16 + 5)
+	third := second + 16 + 6
+	file[second+12] ^= 1 // the data of the second record
+	file[third+12] ^= 1  // and of the third
+	r := NewReader(bytes.NewReader(file), "bad.tfrecord")
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	_, first := r.Next()
+	var ce *CorruptError
+	if !errors.As(first, &ce) || ce.Offset != second {
+		t.Fatalf("second record: %v", first)
+	}
+	for range 2 {
+		if rec, err := r.Next(); err != first || r.Offset() != second {
+			t.Fatalf("after the error: %q, %v at offset %d; want the same error at offset %d", rec, err, r.Offset(), second)
+		}
+	}
+	r.Reset(bytes.NewReader(writeRecords(t, recs)), "good.tfrecord")
+	for _, want := range recs {
+		if got, err := r.Next(); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("after Reset: %q, %v", got, err)
+		}
+	}
+}
