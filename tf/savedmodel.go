@@ -207,6 +207,9 @@ func (m *SavedModel) RunSignature(key string, inputs map[string]*Tensor, outputK
 		if !ok {
 			return nil, fmt.Errorf("tf: %s: no input %q (inputs: %s)", context, k, infoKeys(sig.Inputs))
 		}
+		if err := m.Session.checkFeed(o, t); err != nil { // named by the caller's key, not only the graph's tensor
+			return nil, fmt.Errorf("tf: %s: input %q: %w", context, k, err)
+		}
 		feeds[o] = t
 	}
 	for _, in := range sig.Inputs {

@@ -241,10 +241,10 @@ func TestRunSignatureErrors(t *testing.T) {
 		{"unknown input key", "predict", map[string]*Tensor{"x": x, "z": x}, nil, []string{`no input "z"`, "predict"}},
 		{"missing input", "train", map[string]*Tensor{"x": x, "y": y}, nil, []string{`input "lr" not given`}},
 		{"unknown output key", "predict", map[string]*Tensor{"x": x}, []string{"logits", "loss"}, []string{`no output "loss"`, "label, logits, probs"}},
-		{"wrong dtype", "predict", map[string]*Tensor{"x": xInt}, nil, []string{"predict_x:0", "int32", "float32"}},
-		{"wrong dimension", "predict", map[string]*Tensor{"x": xWide}, nil, []string{"predict_x:0", "[2,5]", "[?,4]"}},
-		{"wrong rank", "predict", map[string]*Tensor{"x": xFlat}, nil, []string{"predict_x:0", "[8]", "[?,4]"}},
-		{"scalar fed a vector", "train", map[string]*Tensor{"x": x, "y": y, "lr": lrVec}, nil, []string{"train_lr:0", "[1]", "[]"}},
+		{"wrong dtype", "predict", map[string]*Tensor{"x": xInt}, nil, []string{`input "x"`, "predict_x:0", "int32", "float32"}},
+		{"wrong dimension", "predict", map[string]*Tensor{"x": xWide}, nil, []string{`input "x"`, "predict_x:0", "[2,5]", "[?,4]"}},
+		{"wrong rank", "predict", map[string]*Tensor{"x": xFlat}, nil, []string{`input "x"`, "predict_x:0", "[8]", "[?,4]"}},
+		{"scalar fed a vector", "train", map[string]*Tensor{"x": x, "y": y, "lr": lrVec}, nil, []string{`input "lr"`, "train_lr:0", "[1]", "[]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			outs, err := m.RunSignature(tc.sig, tc.inputs, tc.outputs...)
