@@ -111,6 +111,10 @@ func (r *Reader) next() ([]byte, error) {
 		return nil, r.readError(err, fmt.Sprintf("truncated header: %d of 12 bytes", n))
 	}
 	if got, want := binary.LittleEndian.Uint32(header[8:]), maskedCRC(header[:8]); got != want {
+		if r.offset == 0 && header[0] == 0x1f && header[1] == 0x8b {
+			// TFRecordOptions(compression_type="GZIP") writes the whole file through gzip.
+			return nil, r.corrupt("the file is gzip-compressed (starts with 1f 8b): compressed TFRecord files are not read; decompress it first")
+		}
 		return nil, r.corrupt(fmt.Sprintf("length checksum mismatch (stored %#08x, computed %#08x)", got, want))
 	}
 	length := binary.LittleEndian.Uint64(header[:8])

@@ -2,6 +2,7 @@ package tfrecord
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -132,5 +133,18 @@ func TestErrorsAreSticky(t *testing.T) {
 		if got, err := r.Next(); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("after Reset: %q, %v", got, err)
 		}
+	}
+}
+
+// A GZIP-compressed TFRecord file (TensorFlow's compression_type="GZIP") is named as one, not
+// reported as a bad checksum.
+func TestGzipFileIsNamed(t *testing.T) {
+	var zipped bytes.Buffer
+	z := gzip.NewWriter(&zipped)
+	z.Write(writeRecords(t, [][]byte{[]byte("first")}))
+	z.Close()
+	_, err := NewReader(bytes.NewReader(zipped.Bytes()), "train.tfrecord.gz").Next()
+	if err == nil || !strings.Contains(err.Error(), "train.tfrecord.gz: record at byte offset 0: the file is gzip-compressed") {
+		t.Fatalf("got %v, want an error saying the file is gzip-compressed", err)
 	}
 }
