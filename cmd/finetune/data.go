@@ -28,7 +28,8 @@ func (s withoutLabels) Next() (features.InputExample, error) {
 }
 
 // trainCacheKey is everything the content of a rank's train.tf_record depends on. The cache is
-// reused only when the key of a new run equals the stored one.
+// reused only when the key of a new run equals the stored one (and the file is still the size
+// it was written at).
 type trainCacheKey struct {
 	Version      int      `json:"version"`
 	Task         string   `json:"task"`
@@ -50,6 +51,9 @@ type trainCache struct {
 	Key      trainCacheKey `json:"key"`
 	Examples int           `json:"examples"` // records in this rank's file
 	Skipped  int           `json:"skipped"`  // bad lines this rank skipped
+	// Bytes is the file's size as written: a file cut short since (a copy that stopped
+	// part-way) is converted again, as its records, repeated, would pass for all of them.
+	Bytes int64 `json:"bytes"`
 }
 
 const trainCacheVersion = 3 // 2: the task, which decides the columns read; 3: keep_tail_tokens
@@ -91,7 +95,7 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	if b, err := os.ReadFile(keyPath); err == nil {
 		var stored trainCache
 		if json.Unmarshal(b, &stored) == nil && reflect.DeepEqual(stored.Key, key) {
-			if _, err := os.Stat(path); err == nil {
+			if st, err := os.Stat(path); err == nil && st.Size() == stored.Bytes {
 				return path, stored, true, nil
 			}
 		}
@@ -141,7 +145,11 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 	if err := out.Commit(); err != nil {
 		return "", cache, false, err
 	}
-	cache = trainCache{Key: key, Examples: n, Skipped: r.Counts().Skipped}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", cache, false, err
+	}
+	cache = trainCache{Key: key, Examples: n, Skipped: r.Counts().Skipped, Bytes: st.Size()}
 	b, _ := json.MarshalIndent(cache, "", " ")
 	if err := atomicfile.Write(keyPath, append(b, '\n')); err != nil {
 		return "", cache, false, err

@@ -152,3 +152,35 @@ func TestSkipBadLinesNeverSkipsTestLines(t *testing.T) {
 		t.Errorf("the first line of test.tsv: %d examples of %d lines, err %v; want 1 of 1, nil", n, counts.Lines, err)
 	}
 }
+
+// A train.tf_record cut short since its key was written (cut at a record boundary, no record
+// reads as damaged) is converted again: reused, its rank would repeat the records left as if
+// they were all its examples, which the key still counts.
+func TestTrainFeaturesCutShortIsConvertedAgain(t *testing.T) {
+	dir := t.TempDir()
+	conv, vocab := binaryConverter(t, dir, 50, 8)
+	train := filepath.Join(dir, "train.tsv")
+	os.WriteFile(train, []byte("0\tw5 w6\n1\tw7\n0\tw8 w9 w10\n1\tw11\n"), 0o644)
+	in := &inputs{train: train, vocabPath: vocab, rankDir: dir}
+	c := &Config{MaxSeqLength: 8, DoLowerCase: true}
+	path, _, _, err := trainFeatures(c, in, conv, 0, 1, &stopper{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(path)
+	r := records.NewReader(f, path)
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Truncate(path, r.Offset()); err != nil { // one whole record of four left
+		t.Fatal(err)
+	}
+	_, cache, reused, err := trainFeatures(c, in, conv, 0, 1, &stopper{})
+	if err != nil || reused || cache.Examples != 4 {
+		t.Fatalf("after the cut: reused=%v examples=%d err=%v, want a new conversion of 4", reused, cache.Examples, err)
+	}
+	if _, _, reused, err := trainFeatures(c, in, conv, 0, 1, &stopper{}); err != nil || !reused {
+		t.Fatalf("the new conversion is not reused: reused=%v err=%v", reused, err)
+	}
+}
