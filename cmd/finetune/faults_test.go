@@ -169,3 +169,25 @@ func TestGorovodrunEndsFailedJobsPromptlyAndCheckpointsOnCtrlC(t *testing.T) {
 		t.Errorf("Ctrl-C: exit %d (want 130), or no checkpoint of the step the ranks stopped after (latest %d):\n%s", code, stopped, log.String())
 	}
 }
+
+// Machines without a shared disk each read their own copy of train.tsv: a rank whose copy
+// differs from rank 0's (a stale one, 12 lines of 16) stops every rank before training, naming
+// it, where line i of its copy would have gone on as line i of rank 0's, its missing lines
+// silently untrained.
+func TestRanksReadingAnotherTrainFileFail(t *testing.T) {
+	model := tinyModel(t, false)
+	data, stale, out := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 16, 4, 4)
+	writeData(t, stale, 12, 4, 4)
+	args := []string{"--oversubscribe", "--bind-to", "none", "-np", "1", finetuneBinary(t)}
+	args = append(args, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2")...)
+	args = append(args, ":", "-np", "1", finetuneBinary(t))
+	args = append(args, tinyFlags(model, stale, out, "--do_train", "--train_batch_size=2")...)
+	cmd := exec.Command("mpirun", args...)
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
+	r := runCmd(t, cmd)
+	want := "error: rank(s) 1 read another training file than rank 0"
+	if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
+		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
+	}
+}

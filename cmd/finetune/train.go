@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -37,7 +39,8 @@ func (j *job) train() (int64, error) {
 	if s := j.stop.requested(); s != nil {
 		sig = int64(signalNumber(s))
 	}
-	perRank, err := j.gatherInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped), sig)
+	perRank, err := j.gatherInt64("finetune/train_examples", int64(cache.Examples), int64(cache.Skipped), sig,
+		sumPrefix(cache.Key.TrainSHA256), sumPrefix(cache.Key.VocabSHA256))
 	if err != nil {
 		return 0, err
 	}
@@ -45,6 +48,9 @@ func (j *job) train() (int64, error) {
 		if row[2] != 0 {
 			return 0, errInterrupted{syscall.Signal(row[2]), "before training"}
 		}
+	}
+	if err := j.checkSameFiles(perRank); err != nil {
+		return 0, err
 	}
 	examples, skipped, err := j.checkShards(perRank)
 	if err != nil {
@@ -121,6 +127,39 @@ func (j *job) gatherInt64(name string, values ...int64) ([][]int64, error) {
 		rows[r] = flat[r*len(values) : (r+1)*len(values)]
 	}
 	return rows, nil
+}
+
+// sumPrefix is the first 8 bytes of a hexadecimal SHA-256, for the ranks to compare.
+func sumPrefix(sum string) int64 {
+	b, _ := hex.DecodeString(sum[:min(16, len(sum))])
+	if len(b) < 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b))
+}
+
+// checkSameFiles fails, on every rank alike, when a rank read another training file or
+// vocabulary than rank 0 (columns 3 and 4 of perRank: sumPrefix of each rank's). Machines
+// without a shared disk read copies of their own, and line i of the file goes to rank i % size:
+// a stale copy would leave lines untrained or train others twice, and another vocabulary would
+// give its rank other token ids, with nothing to say so.
+func (j *job) checkSameFiles(perRank [][]int64) error {
+	for _, f := range []struct {
+		column     int
+		what, path string
+	}{{3, "training file", j.in.train}, {4, "vocabulary", j.in.vocabPath}} {
+		var differ []string
+		for r, row := range perRank {
+			if row[f.column] != perRank[0][f.column] {
+				differ = append(differ, strconv.Itoa(r))
+			}
+		}
+		if differ != nil {
+			return fmt.Errorf("rank(s) %s read another %s than rank 0 (this rank's %s has SHA-256 %016x...): every rank must read the same one",
+				strings.Join(differ, ", "), f.what, f.path, uint64(perRank[j.rank][f.column]))
+		}
+	}
+	return nil
 }
 
 // checkShards sums the ranks' training examples and bad lines (one row per rank) and fails, on
