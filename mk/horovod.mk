@@ -11,7 +11,8 @@
 #                       ranks against each rank's hostname and an allreduce's bytes against the
 #                       kernel's count on each host's interface, and a rank dying, stalling or
 #                       freezing alone on one machine; then finetune's GPU placement per
-#                       machine and a 2+2 training run equal to one rank with 4x the batch
+#                       machine (with a GPU build of TensorFlow) and a 2+2 training run equal to
+#                       one rank with 4x the batch
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB; MiniLM's
 #                       gradients in float32, fp16 and bf16), fp16 and bf16 conversion vs memcpy
 #                       and vs github.com/x448/float16; then a Reducer step

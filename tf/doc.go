@@ -46,6 +46,6 @@
 // for concurrent mutation.
 //
 // SessionOptions is encoded as tensorflow.ConfigProto bytes with protowire and our own field
-// numbers (checked against Python TensorFlow's ConfigProto by the tests); Version and
-// Session.ListDevices describe the runtime.
+// numbers (checked against Python TensorFlow's ConfigProto by the tests); Version,
+// KernelDeviceTypes and Session.ListDevices describe the runtime.
 package tf

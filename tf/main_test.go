@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 
 type expectedFile struct {
 	TFVersion  string                             `json:"tf_version"`
+	CUDABuild  bool                               `json:"cuda_build"` // tf.test.is_built_with_cuda()
 	TF2Calls   []expectedCall                     `json:"tf2_calls"`
 	TF1Calls   []expectedCall                     `json:"tf1_calls"`
 	MetaGraphs map[string]expectedMetaGraph       `json:"meta_graphs"`

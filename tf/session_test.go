@@ -203,6 +203,19 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// A CUDA build of TensorFlow has GPU kernels of MatMul, a CPU build none: finetune computes on a
+// GPU only where there are.
+func TestKernelDeviceTypes(t *testing.T) {
+	types, err := KernelDeviceTypes("MatMul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, want := models(t)
+	if !slices.Contains(types, "CPU") || slices.Contains(types, "GPU") != want.CUDABuild {
+		t.Errorf("MatMul has kernels for %v; Python's tf.test.is_built_with_cuda() is %v", types, want.CUDABuild)
+	}
+}
+
 func TestRunRawGraph(t *testing.T) {
 	s, in, out := identitySession(t, Int64, []int64{2, -1})
 	if got := in.DataType(); got != Int64 {

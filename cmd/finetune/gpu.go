@@ -2,9 +2,20 @@ package main
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/gorovod/gorovod/nccl"
+	"github.com/gorovod/gorovod/tf"
 )
+
+// tensorFlowHasGPU says whether this TensorFlow can compute on a GPU at all (MatMul's kernels
+// stand for the others'). A CPU build (tensorflow-cpu, what make setup installs) computes on the
+// CPU whatever GPUs and CUDA runtime the machine has: its ranks are not placed on GPUs, which
+// would stop more ranks than GPUs for nothing, and --amp chooses as on a CPU.
+func tensorFlowHasGPU() (bool, error) {
+	types, err := tf.KernelDeviceTypes("MatMul")
+	return slices.Contains(types, "GPU"), err
+}
 
 // placeGPU pins this rank to the GPU of its local rank whatever the allreduce backend: with
 // --allreduce_backend=mpi, or auto at one rank, TensorFlow still computes on the GPU, and a

@@ -50,9 +50,14 @@ func TestTwoMachines(t *testing.T) {
 		one, four := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "four")
 		mustSucceed(t, mpirun(t, 1, tinyFlags(model, data, one, append(common, "--train_batch_size=8", "--learning_rate=4e-3")...)...))
 		out := mustSucceed(t, onFakeNodes(t, "nodea:2,nodeb:2", tinyFlags(model, data, four, append(common, "--train_batch_size=2", "--learning_rate=1e-3")...)...))
+		// Where TensorFlow can use a GPU: a CPU build is not placed (TestCPUTensorFlowBesideAGPURunsOnCPU).
+		tfGPU, err := tensorFlowHasGPU()
+		if err != nil {
+			t.Fatal(err)
+		}
 		for rank := range 4 {
 			// Ranks 0, 1 on nodea and 2, 3 on nodeb: local ranks 0, 1 on each.
-			if want := fmt.Sprintf("finetune[rank %d]: local rank %d: GPU %d", rank, rank%2, rank%2); !strings.Contains(out, want) {
+			if want := fmt.Sprintf("finetune[rank %d]: local rank %d: GPU %d", rank, rank%2, rank%2); tfGPU && !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
 		}
@@ -67,6 +72,7 @@ func TestTwoMachines(t *testing.T) {
 		}
 	})
 	t.Run("2+1 ranks, 1 GPU each: the 2-rank machine stops the job", func(t *testing.T) {
+		requireTensorFlowGPU(t, true)
 		model := tinyModel(t, false) // the model of the first subtest: exported once
 		data := t.TempDir()
 		writeData(t, data, 16, 4, 4)

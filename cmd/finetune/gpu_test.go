@@ -30,6 +30,19 @@ func fakeLibrary(t *testing.T, name, define string) string {
 	return out
 }
 
+// requireTensorFlowGPU skips a test made for the other build of TensorFlow: with GPU kernels
+// (tensorflow[and-cuda], the GPU image's) or without (tensorflow-cpu, make setup's).
+func requireTensorFlowGPU(t *testing.T, want bool) {
+	t.Helper()
+	has, err := tensorFlowHasGPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if has != want {
+		t.Skipf("this TensorFlow has GPU kernels: %v; the test needs %v", has, want)
+	}
+}
+
 // The placement holds on every backend, not only NCCL's: each rank's TensorFlow sees the GPU of
 // its local rank, the rank logs it, and more ranks than GPUs stops the rank before training.
 func TestPlaceGPU(t *testing.T) {
@@ -87,6 +100,7 @@ func TestPlaceGPU(t *testing.T) {
 // Two ranks on a machine with one GPU stop before training on the MPI backend too, each saying
 // why: before the fix only the NCCL backend placed the ranks, and both sessions shared the GPU.
 func TestMoreRanksThanGPUsFailBeforeTrainingOnMPI(t *testing.T) {
+	requireTensorFlowGPU(t, true)
 	model := tinyModel(t, true)
 	data := t.TempDir()
 	writeData(t, data, 16, 4, 4)
@@ -98,5 +112,22 @@ func TestMoreRanksThanGPUsFailBeforeTrainingOnMPI(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
 			t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
 		}
+	}
+}
+
+// A CPU build of TensorFlow (tensorflow-cpu, what make setup installs) computes on the CPU on a
+// machine with a GPU and a CUDA runtime too: its ranks are not placed on the GPU, where two of
+// them beside one GPU stopped with "2 ranks on this machine but only 1 GPU(s) visible", and --amp
+// chooses as on a CPU, where it chose float16 "on a GPU" that TensorFlow does not use.
+func TestCPUTensorFlowBesideAGPURunsOnCPU(t *testing.T) {
+	requireTensorFlowGPU(t, false)
+	model := tinyModel(t, true)
+	data := t.TempDir()
+	writeData(t, data, 16, 4, 4)
+	fakeCUDARuntime(t)
+	t.Setenv("FAKE_CUDA_DEVICES", "1")
+	r := runCmd(t, mpirun(t, 2, tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train", "--train_batch_size=4", "--allreduce_backend=mpi", "--amp")...))
+	if r.code != 0 || strings.Contains(r.output, "GPU 0") || strings.Contains(r.output, "precision: float16") || !strings.Contains(r.output, "saved checkpoint") {
+		t.Errorf("exit %d, want training on the CPU, no GPU placed and no float16:\n%s", r.code, r.output)
 	}
 }

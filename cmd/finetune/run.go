@@ -231,9 +231,15 @@ func (j *job) prepare() error {
 		j.console.infof("%s", w)
 	}
 	j.in = in
-	gpus, err := placeGPU(nccl.Options{}, j.hvd.LocalRank(), j.hvd.LocalSize(), j.console.rankf)
+	tfGPU, err := tensorFlowHasGPU()
 	if err != nil {
 		return err
+	}
+	gpus := ""
+	if tfGPU {
+		if gpus, err = placeGPU(nccl.Options{}, j.hvd.LocalRank(), j.hvd.LocalSize(), j.console.rankf); err != nil {
+			return err
+		}
 	}
 	precision, why, err := bertgraph.AMPPrecision(c.AMP, gpus != "", bertgraph.DetectCPUBF16())
 	if err != nil {

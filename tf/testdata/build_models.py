@@ -235,7 +235,7 @@ def meta_graph_contents(path):
 
 def main(out):
     os.makedirs(out, exist_ok=True)
-    expected = {"tf_version": tf.__version__, "tf2_calls": build_tf2(out), "tf1_calls": build_tf1(out)}
+    expected = {"tf_version": tf.__version__, "cuda_build": tf.test.is_built_with_cuda(), "tf2_calls": build_tf2(out), "tf1_calls": build_tf1(out)}
     expected["meta_graphs"] = {m: meta_graph_contents(os.path.join(out, m)) for m in ("tf1", "tf2")}
     expected["checkpoints"] = {
         "ckpt_tf2": checkpoint_contents(build_ckpt_tf2(out)),
