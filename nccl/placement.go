@@ -28,9 +28,14 @@ type PlacementError struct {
 }
 
 func (e *PlacementError) Error() string {
-	return fmt.Sprintf("nccl: %d ranks on this machine but only %d GPU(s) visible (local rank %d has none): "+
+	// Every rank of the machine fails, those with a GPU too: name the ones without.
+	without := fmt.Sprintf("local rank %d has none", e.Devices)
+	if e.LocalSize-e.Devices > 1 {
+		without = fmt.Sprintf("local ranks %d to %d have none", e.Devices, e.LocalSize-1)
+	}
+	return fmt.Sprintf("nccl: %d ranks on this machine but only %d GPU(s) visible (%s): "+
 		"start at most %d rank(s) per machine (mpirun -npernode %d) or make more GPUs visible (CUDA_VISIBLE_DEVICES)",
-		e.LocalSize, e.Devices, e.LocalRank, e.Devices, e.Devices)
+		e.LocalSize, e.Devices, without, e.Devices, e.Devices)
 }
 
 // Place pins the rank with localRank of localSize to GPU localRank. It fails with a

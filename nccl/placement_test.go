@@ -35,9 +35,15 @@ func TestPlace(t *testing.T) {
 	if !strings.Contains(err.Error(), "8 ranks on this machine but only 2 GPU(s) visible") {
 		t.Errorf("message %q", err)
 	}
-	// Every rank of an oversubscribed machine fails, not only the ones past the last GPU.
-	if _, err := Place(fixedCount{n: 2}, 0, 3); !errors.As(err, &pe) {
-		t.Errorf("local rank 0 of 3 on 2 GPUs: %v", err)
+	// Every rank of an oversubscribed machine fails, not only the ones past the last GPU, and
+	// says which local ranks have no GPU: not itself, when it has one.
+	for lr := range 3 {
+		if _, err := Place(fixedCount{n: 2}, lr, 3); !errors.As(err, &pe) || !strings.Contains(err.Error(), "(local rank 2 has none)") {
+			t.Errorf("local rank %d of 3 on 2 GPUs: %v", lr, err)
+		}
+	}
+	if _, err := Place(fixedCount{n: 1}, 0, 4); err == nil || !strings.Contains(err.Error(), "(local ranks 1 to 3 have none)") {
+		t.Errorf("local rank 0 of 4 on 1 GPU: %v", err)
 	}
 	noGPU := &NoDeviceError{}
 	if _, err := Place(fixedCount{err: noGPU}, 0, 1); !errors.Is(err, noGPU) {

@@ -81,7 +81,7 @@ func TestTwoMachines(t *testing.T) {
 		r := runCmd(t, onFakeNodes(t, "nodea:2,nodeb:1", tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train", "--allreduce_backend=mpi")...))
 		wants := []string{"finetune[rank 2]: local rank 0: GPU 0", "finetune[rank 2]: error: rank(s) 0, 1 could not start"}
 		for rank := range 2 {
-			wants = append(wants, fmt.Sprintf("finetune[rank %d]: error: nccl: 2 ranks on this machine but only 1 GPU(s) visible (local rank %d", rank, rank))
+			wants = append(wants, fmt.Sprintf("finetune[rank %d]: error: nccl: 2 ranks on this machine but only 1 GPU(s) visible (local rank 1 has none)", rank))
 		}
 		for _, want := range wants {
 			if !strings.Contains(r.output, want) {

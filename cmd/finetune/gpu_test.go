@@ -108,7 +108,7 @@ func TestMoreRanksThanGPUsFailBeforeTrainingOnMPI(t *testing.T) {
 	t.Setenv("FAKE_CUDA_DEVICES", "1")
 	r := runCmd(t, mpirun(t, 2, tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train", "--allreduce_backend=mpi")...))
 	for rank := range 2 {
-		want := fmt.Sprintf("finetune[rank %d]: error: nccl: 2 ranks on this machine but only 1 GPU(s) visible (local rank %d", rank, rank)
+		want := fmt.Sprintf("finetune[rank %d]: error: nccl: 2 ranks on this machine but only 1 GPU(s) visible (local rank 1 has none)", rank)
 		if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
 			t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
 		}
