@@ -3,6 +3,7 @@ package nccl
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -376,5 +377,47 @@ func TestMissingSymbol(t *testing.T) {
 	}
 	if _, err := Load(nil, Options{}); err == nil {
 		t.Error("Load(nil runtime) succeeded")
+	}
+}
+
+// soNameDirEnv is set in the child process of TestLoadedBySonameNamesTheFile: the directory
+// its LD_LIBRARY_PATH starts with.
+const soNameDirEnv = "NCCL_TEST_SONAME_DIR"
+
+// A library found by soname is named by the file the dynamic linker chose (LD_LIBRARY_PATH, its
+// cache or the rpath decide which), in Path and in a missing symbol's error: "libnccl.so.2 has no
+// symbol" did not say which of the machine's copies is too old.
+func TestLoadedBySonameNamesTheFile(t *testing.T) {
+	if dir := os.Getenv(soNameDirEnv); dir != "" {
+		// The child: LD_LIBRARY_PATH, read by the dynamic linker at start-up, leads to dir.
+		isolate(t)
+		rt, err := LoadRuntime(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(dir, "libcudart.so.12"); rt.Path() != want {
+			t.Errorf("runtime Path() = %q, want %q", rt.Path(), want)
+		}
+		_, err = Load(rt, Options{})
+		var se *SymbolNotFoundError
+		if want := filepath.Join(dir, "libnccl.so.2"); !errors.As(err, &se) || se.Library != want || !strings.Contains(err.Error(), want+" has no symbol") {
+			t.Errorf("err = %v, want the missing symbol of %s", err, want)
+		}
+		return
+	}
+	dir := t.TempDir()
+	for src, dst := range map[string]string{fakeLib(t, "cuda"): "libcudart.so.12", fakeLib(t, "nccl-omit"): "libnccl.so.2"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadedBySonameNamesTheFile$", "-test.v")
+	cmd.Env = append(os.Environ(), soNameDirEnv+"="+dir, "LD_LIBRARY_PATH="+dir+":"+os.Getenv("LD_LIBRARY_PATH"), "FAKE_CUDA_DEVICES=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

@@ -2,12 +2,21 @@ package nccl
 
 /*
 #cgo LDFLAGS: -ldl
+#define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <stdlib.h>
 
 // dlerror is per thread: the caller holds the OS thread (runtime.LockOSThread) between the
 // failing call and this read.
 static const char *gr_dlerror(void) { return dlerror(); }
+
+// gr_dlpath is the file the dynamic linker loaded for h, NULL when it does not say.
+static const char *gr_dlpath(void *h) {
+	struct link_map *lm;
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || lm->l_name == NULL || lm->l_name[0] == '\0') return NULL;
+	return lm->l_name;
+}
 */
 import "C"
 
@@ -19,11 +28,13 @@ import (
 
 // sharedLibrary is one dlopen'ed library.
 type sharedLibrary struct {
-	path   string
+	path   string // the file loaded, where a soname was asked for too
 	handle unsafe.Pointer
 }
 
-// dlopen opens path (a file, or a soname resolved by the dynamic linker's usual search).
+// dlopen opens path (a file, or a soname resolved by the dynamic linker's usual search). The
+// library's path is then the file the search found: which copy of a soname was loaded depends on
+// LD_LIBRARY_PATH, the linker's cache and the binary's rpath, and an error must name it.
 func dlopen(path string) (*sharedLibrary, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
@@ -32,6 +43,9 @@ func dlopen(path string) (*sharedLibrary, error) {
 	h := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
 	if h == nil {
 		return nil, fmt.Errorf("%s", C.GoString(C.gr_dlerror()))
+	}
+	if file := C.gr_dlpath(h); file != nil {
+		path = C.GoString(file)
 	}
 	return &sharedLibrary{path: path, handle: h}, nil
 }

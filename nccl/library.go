@@ -59,7 +59,7 @@ func Load(rt *Runtime, opts Options) (*Library, error) {
 	return l, nil
 }
 
-// Path is the library that was loaded.
+// Path is the file that was loaded: for a soname, the one the dynamic linker found.
 func (l *Library) Path() string { return l.path }
 
 // Runtime is the CUDA runtime the library works with.

@@ -67,7 +67,7 @@ func LoadRuntime(opts Options) (*Runtime, error) {
 	return rt, nil
 }
 
-// Path is the library that was loaded.
+// Path is the file that was loaded: for a soname, the one the dynamic linker found.
 func (rt *Runtime) Path() string { return rt.path }
 
 // check turns a cudaError_t into a *CUDAError (nil for cudaSuccess).
