@@ -46,10 +46,11 @@ WORKDIR /opt/gorovod
 
 # The virtualenv and TensorFlow first: they change only with requirements.txt or the pinned
 # version, so source edits do not re-download them. third_party/tensorflow/VERSION is the one
-# place the version is written.
+# place the version is written. -o debs: the Debian packages are installed above, and make's
+# debs would add Node.js and npm (for `make data`, not run here: .cache is mounted).
 COPY Makefile requirements.txt ./
 COPY third_party/tensorflow/VERSION third_party/tensorflow/VERSION
-RUN make venv tflib TF_PACKAGE='tensorflow[and-cuda]' \
+RUN make -o debs venv tflib TF_PACKAGE='tensorflow[and-cuda]' \
  && rm -rf /root/.cache/pip
 
 # TensorFlow's CUDA libraries and NCCL live in the nvidia-* wheels under site-packages/nvidia/*/lib.

@@ -33,15 +33,28 @@ def test_copied_paths_exist():
                 assert (ROOT / src).exists(), f"COPY {src}: no such path in the repository"
 
 
+def tensorflow_layout_dry_run():
+    """What the image's `make ... venv tflib TF_PACKAGE=...` would run (a dry run, forced so the
+    stamp does not hide it: it prints the recipe of every target make would run)."""
+    m = re.search(r"RUN make ((?:-o \S+ )*)venv tflib TF_PACKAGE='([^']+)'", TEXT)
+    assert m, "the image must lay TensorFlow out with the Makefile's venv and tflib targets"
+    return subprocess.run(["make", "-n", "-B", "-C", str(ROOT), *m.group(1).split(), "venv", "tflib", f"TF_PACKAGE={m.group(2)}"],
+                          capture_output=True, text=True, check=True).stdout
+
+
 def test_tensorflow_version_comes_from_VERSION_and_is_the_gpu_build():
     version = (ROOT / "third_party" / "tensorflow" / "VERSION").read_text().strip()
     assert version not in TEXT, "the TensorFlow version must be read from third_party/tensorflow/VERSION, not written here"
-    m = re.search(r"make venv tflib TF_PACKAGE='([^']+)'", TEXT)
-    assert m, "the image must lay TensorFlow out with the Makefile's venv and tflib targets"
-    # What that make invocation would run (dry run, forced so the stamp does not hide it).
-    out = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "venv", f"TF_PACKAGE={m.group(1)}"],
-                         capture_output=True, text=True, check=True).stdout
+    out = tensorflow_layout_dry_run()
     assert f"'tensorflow[and-cuda]=={version}'" in out, out
+
+
+def test_tensorflow_layout_installs_no_debian_packages():
+    # The image's apt-get step installs what it needs; make's debs would add Node.js and npm (for
+    # `make data`, which the image does not run: .cache is mounted) in a layer that also keeps
+    # apt's lists.
+    out = tensorflow_layout_dry_run()
+    assert "apt-get" not in out, out
 
 
 def test_go_image_matches_go_mod():
