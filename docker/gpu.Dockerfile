@@ -56,13 +56,17 @@ RUN make -o debs venv tflib TF_PACKAGE='tensorflow[and-cuda]' \
 # TensorFlow's CUDA libraries and NCCL live in the nvidia-* wheels under site-packages/nvidia/*/lib.
 # gorovod binaries load TensorFlow through the third_party/tensorflow/lib links, where the
 # wheel's $ORIGIN-relative RUNPATH does not lead to them, so register them with the dynamic
-# linker; package nccl then finds libnccl.so.2 and libcudart.so.12 by soname too.
+# linker; package nccl then finds libnccl.so.2 and libcudart.so.12 by soname too. The cache's
+# listing is searched from a file: `ldconfig -p | grep -q` under pipefail fails now and then
+# though grep matched (ldconfig's next write after grep exits gets SIGPIPE).
 RUN site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && ls -d "$site"/nvidia/*/lib > /etc/ld.so.conf.d/zz-nvidia-wheels.conf \
  && ldconfig \
- && ldconfig -p | grep -q 'libnccl.so.2 ' \
- && ldconfig -p | grep -q 'libcudart.so.12 ' \
- && ldconfig -p | grep -q 'libcudnn.so.9 ' \
+ && ldconfig -p > /tmp/ld-cache.txt \
+ && grep -q 'libnccl.so.2 ' /tmp/ld-cache.txt \
+ && grep -q 'libcudart.so.12 ' /tmp/ld-cache.txt \
+ && grep -q 'libcudnn.so.9 ' /tmp/ld-cache.txt \
+ && rm /tmp/ld-cache.txt \
  && .venv/bin/python -c "import tensorflow as tf; b = tf.sysconfig.get_build_info(); assert b['is_cuda_build'], b; print('TensorFlow', tf.__version__, 'CUDA', b['cuda_version'], 'cuDNN', b['cudnn_version'])"
 
 COPY go.mod go.sum ./

@@ -153,7 +153,9 @@ if [ -n "$prebuilt" ]; then
 	if ! command -v ldd >/dev/null; then
 		testenv=(LD_LIBRARY_PATH="$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 	else
-		if ldd "$prebuilt/ncclbackend.test" 2>&1 | grep -q '=> not found'; then
+		# Searched whole: a quiet grep at the end of a pipe fails now and then under pipefail
+		# (ldd's next write after grep's match gets SIGPIPE).
+		if grep -q '=> not found' <<<"$(ldd "$prebuilt/ncclbackend.test" 2>&1)"; then
 			testenv=(LD_LIBRARY_PATH="$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 			echo "   with $prebuilt/lib on LD_LIBRARY_PATH: the test binaries do not load without it here"
 		fi

@@ -111,3 +111,17 @@ def test_cgo_build_tools_are_installed():
     assert not uses_pkg_config or " pkg-config " in runs, "a cgo package uses pkg-config: install it in the image"
     for tool in (" gcc ", " make ", " libopenmpi-dev ", " openmpi-bin "):
         assert tool in runs, f"{tool.strip()} is not installed in the image"
+
+
+def test_no_quiet_grep_at_the_end_of_a_pipe_under_pipefail():
+    # `producer | grep -q` under pipefail fails now and then though grep matched: grep exits at
+    # its match, the producer's next write gets SIGPIPE (exit 141), and pipefail reports that
+    # (measured: 1-3% of runs of ldconfig -p | grep -q, and of ldd | grep -q). In the image that
+    # fails the build; in gpu-check.sh it left a bundle's lib/ off LD_LIBRARY_PATH.
+    shell = next(args for word, args in instructions() if word == "SHELL")
+    runs = [args for word, args in instructions() if word == "RUN"]
+    script = (ROOT / "scripts" / "gpu-check.sh").read_text()
+    assert "pipefail" in shell and "pipefail" in script
+    quiet_grep_in_pipe = re.compile(r"\|\s*grep\s+-\w*q")
+    for text in runs + script.splitlines():
+        assert not quiet_grep_in_pipe.search(text), text
