@@ -1,7 +1,7 @@
 #!/bin/sh
 # Faults on the wire during training: `faults.sh FINETUNE MODEL DATA WORK [FAULT...]` trains MODEL
 # on DATA with 2 simulated machines of one rank each (mpirun.sh nodea:1,nodeb:1), once undisturbed
-# and once per FAULT, injected on nodeb's link once the checkpoint of step 4 exists:
+# and once per FAULT, injected on nodeb's link once the checkpoint of step 16 exists:
 #   down      the link goes down for good
 #   flap      down for 5 s, then up again
 #   loss1     1% of nodeb's packets lost each way (loss10: 10%)
