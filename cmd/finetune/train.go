@@ -175,8 +175,12 @@ func (j *job) checkShards(perRank [][]int64) (examples, skipped int64, err error
 		}
 	}
 	if empty != nil {
-		return 0, 0, fmt.Errorf("rank %s has 0 training examples (%d lines of %s for %d ranks, line i going to rank i %% %d, %d of them skipped as bad): give it more data or run fewer ranks",
-			strings.Join(empty, ", "), examples+skipped, j.in.train, j.size, j.size, skipped)
+		who := "rank " + empty[0] + " has"
+		if len(empty) > 1 {
+			who = "ranks " + strings.Join(empty, ", ") + " have"
+		}
+		return 0, 0, fmt.Errorf("%s 0 training examples (%d lines of %s for %d ranks, line i going to rank i %% %d, %d of them skipped as bad): give it more data or run fewer ranks",
+			who, examples+skipped, j.in.train, j.size, j.size, skipped)
 	}
 	for r, row := range perRank {
 		if row[0] < int64(j.cfg.TrainBatchSize) {

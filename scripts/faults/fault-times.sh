@@ -70,7 +70,7 @@ wait_end() {
 rank_pid() {
 	local p
 	for p in $(pgrep -s "$job_pid" 2>/dev/null); do
-		if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+		if grep -qxz "OMPI_COMM_WORLD_RANK=$1" "/proc/$p/environ" 2>/dev/null &&
 			[ "$(readlink "/proc/$p/exe")" = "$(readlink -f "$finetune")" ]; then
 			echo "$p"
 			return
