@@ -110,10 +110,10 @@ func cpuBF16From(path string) CPUBF16 {
 // ones); a precision name (ParsePrecision) forces it. The second result says what was chosen
 // and why, for the log.
 func AMPPrecision(amp string, onGPU bool, cpu CPUBF16) (Precision, string, error) {
-	switch strings.ToLower(amp) {
-	case "", "false", "0":
+	switch strings.ToLower(amp) { // absl's booleans: true, t, 1 and false, f, 0, in any case
+	case "", "false", "f", "0":
 		return Float32, "float32 (--amp off)", nil
-	case "true", "1":
+	case "true", "t", "1":
 		switch {
 		case onGPU:
 			return Float16, "float16 matrix products with dynamic loss scaling (--amp on a GPU)", nil

@@ -194,8 +194,8 @@ func (a ampFlag) Set(s string) error {
 	if err != nil {
 		return errors.New("want true, false, bf16 or fp16")
 	}
-	switch {
-	case strings.EqualFold(s, "true") || s == "1":
+	switch lower := strings.ToLower(s); {
+	case lower == "true" || lower == "t" || s == "1": // absl's spellings of true
 		*a.dst = "true"
 	case p == bertgraph.Float32: // off
 		*a.dst = ""

@@ -449,7 +449,7 @@ func TestFlagsMatchRunClassifierDefinitions(t *testing.T) {
 func TestAMPFlag(t *testing.T) {
 	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
 	for _, tc := range []struct{ args, want string }{
-		{"", ""}, {"--amp", "true"}, {"--amp=True", "true"}, {"--amp=false", ""}, {"--amp=0", ""},
+		{"", ""}, {"--amp", "true"}, {"--amp=True", "true"}, {"--amp=t", "true"}, {"--amp=false", ""}, {"--amp=0", ""}, {"--amp=F", ""},
 		{"--amp=bf16", "bfloat16"}, {"--amp=float16", "float16"}, {"--amp=fp32", ""},
 	} {
 		args := base
