@@ -96,7 +96,11 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 		}
 		add(mpirunArg{"x:" + name, []string{"-x", name}})
 		if strings.HasPrefix(name, "HOROVOD_") && !horovod.ReadsVariable(name) && name != startTimeoutVariable {
-			warnings = append(warnings, fmt.Sprintf("%s is forwarded, but gorovod's horovod package does not read it", name))
+			w := fmt.Sprintf("%s is forwarded, but gorovod's horovod package does not read it", name)
+			if strings.HasPrefix(name, "HOROVOD_GPU_") {
+				w += " (finetune's --allreduce_backend=nccl asks for NCCL)"
+			}
+			warnings = append(warnings, w)
 		}
 	}
 

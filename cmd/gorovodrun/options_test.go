@@ -212,7 +212,7 @@ func TestHelp(t *testing.T) {
 
 // --dry-run prints the command and the warnings, and runs nothing.
 func TestDryRun(t *testing.T) {
-	env := []string{"PATH=/bin", "HOROVOD_AUTOTUNE=1"}
+	env := []string{"PATH=/bin", "HOROVOD_AUTOTUNE=1", "HOROVOD_GPU_OPERATIONS=NCCL"}
 	var out, errOut strings.Builder
 	if code := run([]string{"--dry-run", "-np", "2", "-H", "a:1,b:1", "prog", "x y"}, env, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
@@ -221,8 +221,13 @@ func TestDryRun(t *testing.T) {
 	if out.String() != shellLine(argv)+"\n" {
 		t.Errorf("printed %q, want %q", out.String(), shellLine(argv))
 	}
-	if !strings.Contains(errOut.String(), "warning: HOROVOD_AUTOTUNE is forwarded, but gorovod's horovod package does not read it") {
-		t.Errorf("stderr %q", errOut.String())
+	for _, want := range []string{
+		"warning: HOROVOD_AUTOTUNE is forwarded, but gorovod's horovod package does not read it\n",
+		"warning: HOROVOD_GPU_OPERATIONS is forwarded, but gorovod's horovod package does not read it (finetune's --allreduce_backend=nccl asks for NCCL)",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr %q, want %q", errOut.String(), want)
+		}
 	}
 	out.Reset()
 	if code := run([]string{"-np", "2", "--autotune", "prog"}, env, &out, &errOut); code != exitUsage || out.Len() != 0 {
