@@ -208,8 +208,8 @@ func latest(dir, rel string, all []string, warnf func(string, ...any), verify fu
 			filepath.Join(dir, StateFile), rel, all[i], strings.Join(problems, "\n  "))
 		return all[i], passed, nil
 	}
-	return "", nil, fmt.Errorf("checkpoint: %s names %s, which is not readable (%w), and lists no other sound checkpoint",
-		filepath.Join(dir, StateFile), resolve(dir, rel), problem)
+	return "", nil, fmt.Errorf("checkpoint: %s names %s, which is not readable (%w), and lists no other sound checkpoint: put the checkpoint's files back, or remove %s to start from the beginning",
+		filepath.Join(dir, StateFile), resolve(dir, rel), problem, filepath.Join(dir, StateFile))
 }
 
 // checkFiles reports the first missing file of the checkpoint prefix: its index, or one of the

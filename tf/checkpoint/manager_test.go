@@ -577,7 +577,7 @@ func TestLatestFallsBackToNewestCompleteCheckpoint(t *testing.T) {
 		os.Remove(filepath.Join(dir, "model.ckpt-"+s+".index"))
 	}
 	if _, _, _, err := Latest(dir); err == nil || !strings.Contains(err.Error(), "model.ckpt-30") ||
-		!strings.Contains(err.Error(), "no other sound checkpoint") {
+		!strings.Contains(err.Error(), "no other sound checkpoint: put the checkpoint's files back, or remove "+filepath.Join(dir, StateFile)+" to start from the beginning") {
 		t.Fatalf("no complete checkpoint: err = %v", err)
 	}
 }
