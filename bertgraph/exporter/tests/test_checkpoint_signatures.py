@@ -1,8 +1,12 @@
 """save_checkpoint / restore_checkpoint write and read checkpoints keyed as Google BERT's
 run_classifier keys them.  The reference is Google's own code: the variables run_classifier's
-graph holds are made by bert-tensorflow's optimization.create_optimizer (AdamWeightDecayOptimizer
-and global_step) over variables named as the contract names them, and tf.compat.v1's Saver of that
-graph reads what we write and writes what we read."""
+training graph holds are made by bert-tensorflow's run_classifier.create_model (modeling.BertModel
+and the classifier's output layer) and optimization.create_optimizer (AdamWeightDecayOptimizer and
+global_step), and tf.compat.v1's Saver of that graph reads what we write and writes what we read."""
+import contextlib
+import sys
+import types
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -49,14 +53,60 @@ def _restore(m, prefix):
     return int(m.signatures["restore_checkpoint"](prefix=tf.constant(str(prefix)))["global_step"])
 
 
+def _google_modeling():
+    """bert-tensorflow's modeling and run_classifier. Two things they call are gone from
+    TensorFlow 2.21: tf.contrib (modeling's layer_norm calls contrib's) and tf.compat.v1.layers.dense
+    (Keras 3; the pooler's). The stand-ins compute as those did and make the variables those made,
+    in the scope modeling gives them: LayerNorm/beta and LayerNorm/gamma; NAME/kernel and
+    NAME/bias. Every other name comes from Google's code."""
+    v1 = tf.compat.v1
+
+    def layer_norm(inputs, begin_norm_axis=-1, begin_params_axis=-1, scope=None):
+        with v1.variable_scope(scope, "LayerNorm", [inputs]):
+            shape = inputs.shape[-1:]
+            beta = v1.get_variable("beta", shape, inputs.dtype, v1.zeros_initializer())
+            gamma = v1.get_variable("gamma", shape, inputs.dtype, v1.ones_initializer())
+            mean, variance = tf.nn.moments(inputs, [begin_norm_axis], keepdims=True)
+            return tf.nn.batch_normalization(inputs, mean, variance, beta, gamma, 1e-12)
+
+    def dense(inputs, units, activation=None, kernel_initializer=None, name=None):
+        with v1.variable_scope(name, "dense"):
+            kernel = v1.get_variable("kernel", [inputs.shape[-1], units], initializer=kernel_initializer)
+            bias = v1.get_variable("bias", [units], initializer=v1.zeros_initializer())
+        out = tf.matmul(inputs, kernel) + bias
+        return out if activation is None else activation(out)
+
+    if "tensorflow.contrib" not in sys.modules:
+        contrib = types.ModuleType("tensorflow.contrib")
+        contrib.layers = types.ModuleType("tensorflow.contrib.layers")
+        contrib.layers.layer_norm = layer_norm
+        sys.modules.update({"tensorflow.contrib": contrib, "tensorflow.contrib.layers": contrib.layers})
+    from bert import modeling, run_classifier
+    modeling.tf.layers = types.SimpleNamespace(dense=dense)  # modeling's own tf.compat.v1 name
+    return modeling, run_classifier
+
+
+@contextlib.contextmanager
+def _v1_tensor_shapes():
+    """create_model reads a dimension's .value, as TF1's TensorShape had it."""
+    tf.compat.v1.disable_v2_tensorshape()
+    try:
+        yield
+    finally:
+        tf.compat.v1.enable_v2_tensorshape()
+
+
 def _run_classifier_graph(c):
-    """run_classifier's training graph, reduced to its variables: the model variables under the
-    contract's names, then create_optimizer (global_step, AdamWeightDecayOptimizer's slots)."""
+    """run_classifier's training graph as its model_fn builds it for the contract's bert_config,
+    max_seq_length and labels: create_model, then create_optimizer."""
+    modeling, run_classifier = _google_modeling()
+    config = modeling.BertConfig.from_dict(c["bert_config"])
     graph = tf.Graph()
-    with graph.as_default():
-        params = [tf.compat.v1.get_variable(v["name"], v["shape"], tf.float32)
-                  for v in c["variables"]]
-        loss = tf.add_n([tf.reduce_sum(p) for p in params])
+    with graph.as_default(), _v1_tensor_shapes():
+        ids = tf.compat.v1.placeholder(tf.int32, [2, c["max_seq_length"]])
+        labels = tf.compat.v1.placeholder(tf.int32, [2])
+        loss, *_ = run_classifier.create_model(config, True, ids, ids, ids, labels, c["num_labels"],
+                                               False)
         optimization.create_optimizer(loss, 1e-3, num_train_steps=10, num_warmup_steps=1,
                                       use_tpu=False)
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
