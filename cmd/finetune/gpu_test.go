@@ -101,12 +101,7 @@ func TestPlaceGPU(t *testing.T) {
 // why: before the fix only the NCCL backend placed the ranks, and both sessions shared the GPU.
 func TestMoreRanksThanGPUsFailBeforeTrainingOnMPI(t *testing.T) {
 	requireTensorFlowGPU(t, true)
-	model := tinyModel(t, true)
-	data := t.TempDir()
-	writeData(t, data, 16, 4, 4)
-	fakeCUDARuntime(t)
-	t.Setenv("FAKE_CUDA_DEVICES", "1")
-	r := runCmd(t, mpirun(t, 2, tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train", "--allreduce_backend=mpi")...))
+	r := trainTwoRanksBesideOneGPU(t)
 	for rank := range 2 {
 		want := fmt.Sprintf("finetune[rank %d]: error: nccl: 2 ranks on this machine but only 1 GPU(s) visible (local rank 1 has none)", rank)
 		if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
@@ -121,13 +116,20 @@ func TestMoreRanksThanGPUsFailBeforeTrainingOnMPI(t *testing.T) {
 // chooses as on a CPU, where it chose float16 "on a GPU" that TensorFlow does not use.
 func TestCPUTensorFlowBesideAGPURunsOnCPU(t *testing.T) {
 	requireTensorFlowGPU(t, false)
+	r := trainTwoRanksBesideOneGPU(t, "--train_batch_size=4", "--amp")
+	if r.code != 0 || strings.Contains(r.output, "GPU 0") || strings.Contains(r.output, "precision: float16") || !strings.Contains(r.output, "saved checkpoint") {
+		t.Errorf("exit %d, want training on the CPU, no GPU placed and no float16:\n%s", r.code, r.output)
+	}
+}
+
+// trainTwoRanksBesideOneGPU trains the tiny model on 2 ranks over MPI on a machine whose (fake)
+// CUDA runtime sees one GPU.
+func trainTwoRanksBesideOneGPU(t *testing.T, flags ...string) result {
 	model := tinyModel(t, true)
 	data := t.TempDir()
 	writeData(t, data, 16, 4, 4)
 	fakeCUDARuntime(t)
 	t.Setenv("FAKE_CUDA_DEVICES", "1")
-	r := runCmd(t, mpirun(t, 2, tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), "--do_train", "--train_batch_size=4", "--allreduce_backend=mpi", "--amp")...))
-	if r.code != 0 || strings.Contains(r.output, "GPU 0") || strings.Contains(r.output, "precision: float16") || !strings.Contains(r.output, "saved checkpoint") {
-		t.Errorf("exit %d, want training on the CPU, no GPU placed and no float16:\n%s", r.code, r.output)
-	}
+	flags = append([]string{"--do_train", "--allreduce_backend=mpi"}, flags...)
+	return runCmd(t, mpirun(t, 2, tinyFlags(model, data, filepath.Join(t.TempDir(), "out"), flags...)...))
 }
