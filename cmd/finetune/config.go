@@ -109,15 +109,16 @@ func defaultTask() Config {
 // defaultTrainExamples is how much of IMDB's training split the default task trains on: as much
 // as make run trains in about ten minutes on a two-core machine in the precision --amp picks
 // there, since more examples are what lifts its dev accuracy (docs/usage.md). Where --amp computes
-// in bfloat16 (AVX512-BF16 or AMX), 16,000: about 7 minutes at the 38.8 examples/s the slower
-// of the two such CPUs measured (an Intel Xeon with AMX) trained 8,000 at. In float32, 8,000:
-// 9 minutes at 14.9 examples/s on an AMD EPYC with AVX2 alone. (On a GPU --amp computes in
-// float16 whatever the CPU, and either size trains in minutes.) Every rank decides alike on one
-// machine; ranks on CPUs that differ would each read their own first lines, and the schedule
-// still follows their sum.
+// in bfloat16 (AVX512-BF16 or AMX), 14,000: the slowest such CPU measured (an AMD EPYC of family
+// 25) trained them in 7 min 41 s at 30.3 examples/s, and at the 27.4 it reached on a slower day,
+// in 8 min 31 s, which with set-up, evaluation and prediction still leaves half a minute; 16,000
+// missed the ten minutes there that day. In float32, 8,000: 9 minutes at 14.9 examples/s on an
+// AMD EPYC with AVX2 alone. (On a GPU --amp computes in float16 whatever the CPU, and either size
+// trains in minutes.) Every rank decides alike on one machine; ranks on CPUs that differ would
+// each read their own first lines, and the schedule still follows their sum.
 func defaultTrainExamples(cpu bertgraph.CPUBF16) int {
 	if cpu.Supported() {
-		return 16000
+		return 14000
 	}
 	return 8000
 }
