@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 )
@@ -32,16 +33,18 @@ func (e *SetupError) Error() string {
 func (e *SetupError) Unwrap() error { return e.local }
 
 // agreeOnSetup tells every rank which ranks failed their local setup and why, over control: an
-// allgather of each rank's error length and sequence settings and, when an error length is not
-// zero, one of the error texts. It returns nil on every rank when no rank failed, and a
-// *SetupError on every rank otherwise.
+// allgather of each rank's error length and settings and, when an error length is not zero, one
+// of the error texts. It returns nil on every rank when no rank failed, and a *SetupError on
+// every rank otherwise.
 //
 // The sequence settings decide which collectives a rank calls for the operations negotiation
 // agreed on: which responses fuse into one call (FusionThreshold) and which signatures the
 // response cache keeps (CacheCapacity). Ranks that differ there (an environment set per
 // machine) would call different collectives: a wrong result, a truncation or a hang. As
 // Horovod's coordinator decides the fusion for all, every rank takes rank 0's values into s;
-// adopted says, for this rank's log, each one it had set otherwise.
+// so too the stall times (StallCheck, StallShutdown, as Init settled them), since Horovod's
+// coordinator alone checks for stalls: one rank's shorter shutdown time would otherwise abort
+// the job alone. adopted says, for this rank's log, each one it had set otherwise.
 func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error, s *Settings) (adopted []string, err error) {
 	var text []byte
 	if localErr != nil {
@@ -52,24 +55,21 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 	fail := func(step string, err error) error {
 		return errors.Join(fmt.Errorf("horovod: rank %d: agreeing on Init with the other ranks (%s): %w", topo.Rank, step, err), localErr)
 	}
-	const record = 4 + 8 + 8 // error length, fusion threshold, cache capacity
+	const record = 4 + 4*8 // error length, fusion threshold, cache capacity, stall check and shutdown times
 	mine := binary.LittleEndian.AppendUint32(nil, uint32(len(text)))
-	mine = binary.LittleEndian.AppendUint64(mine, uint64(s.FusionThreshold))
-	mine = binary.LittleEndian.AppendUint64(mine, uint64(s.CacheCapacity))
+	for _, v := range []uint64{uint64(s.FusionThreshold), uint64(s.CacheCapacity), uint64(s.StallCheck), uint64(s.StallShutdown)} {
+		mine = binary.LittleEndian.AppendUint64(mine, v)
+	}
 	records := make([]byte, record*topo.Size)
 	if err := backend.ControlAllgatherv(control, mine, records, slices.Repeat([]int{record}, topo.Size)); err != nil {
 		return nil, fail("error lengths and settings", err)
 	}
-	for _, v := range []struct {
-		name string
-		at   int
-		mine *int
-	}{{envFusionThreshold, 4, &s.FusionThreshold}, {envCacheCapacity, 12, &s.CacheCapacity}} {
-		if rank0 := int(binary.LittleEndian.Uint64(records[v.at:])); rank0 != *v.mine {
-			adopted = append(adopted, fmt.Sprintf("%s is %d on this rank, %d on rank 0: using rank 0's, as every rank must fuse and cache alike", v.name, *v.mine, rank0))
-			*v.mine = rank0
-		}
-	}
+	rank0 := func(at int) uint64 { return binary.LittleEndian.Uint64(records[at:]) }
+	const fuseAlike, stallAlike = "as every rank must fuse and cache alike", "as Horovod's rank 0 checks for stalls for all"
+	adopted = takeRankZeros(adopted, envFusionThreshold, &s.FusionThreshold, rank0(4), fuseAlike)
+	adopted = takeRankZeros(adopted, envCacheCapacity, &s.CacheCapacity, rank0(12), fuseAlike)
+	adopted = takeRankZeros(adopted, envStallCheckTime, &s.StallCheck, rank0(20), stallAlike)
+	adopted = takeRankZeros(adopted, envStallShutdownTime, &s.StallShutdown, rank0(28), stallAlike)
 	counts := make([]int, topo.Size)
 	total := 0
 	for r := range counts {
@@ -92,4 +92,14 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 		texts = texts[n:]
 	}
 	return nil, e
+}
+
+// takeRankZeros sets *mine, the setting of variable name, to rank 0's value rank0, and appends to
+// adopted a line saying so when this rank's own differs; why ends the line.
+func takeRankZeros[T int | time.Duration](adopted []string, name string, mine *T, rank0 uint64, why string) []string {
+	if v := T(rank0); v != *mine {
+		adopted = append(adopted, fmt.Sprintf("%s is %v on this rank, %v on rank 0: using rank 0's, %s", name, *mine, v, why))
+		*mine = v
+	}
+	return adopted
 }

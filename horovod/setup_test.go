@@ -201,3 +201,55 @@ func TestRanksTakeRankZerosFusionAndCacheSettings(t *testing.T) {
 		}
 	}
 }
+
+// Ranks started with other stall times than rank 0's take rank 0's as Init settled them, and say
+// so: with its own 50ms shutdown time, rank 1 alone would abort the job while rank 0 waits for a
+// late operation. Rank 2's shutdown time, shorter than its check time, is off as rank 0's is: it
+// has nothing to take.
+func TestRanksTakeRankZerosStallSettings(t *testing.T) {
+	g := newLoopback(3)
+	logs := make([]syncBuffer, 3)
+	stall := [][2]time.Duration{{time.Minute, 0}, {0, 50 * time.Millisecond}, {time.Minute, time.Second}}
+	hs, errs := initRanks(g, func(r int) []Option {
+		return []Option{WithLogOutput(&logs[r]), WithStallCheck(stall[r][0], stall[r][1])}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r, h := range hs {
+		if h.cfg.StallCheck != time.Minute || h.cfg.StallShutdown != 0 {
+			t.Errorf("rank %d: stall check %v, shutdown %v; want rank 0's 1m0s and 0s", r, h.cfg.StallCheck, h.cfg.StallShutdown)
+		}
+	}
+	x := mustTensor(t, nil, []float32{1})
+	late, err := hs[0].AllreduceAsync("late", x, AllreduceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-g.aborted: // the ranks are abandoned: an aborted job has nothing to shut down
+		t.Fatalf("rank %d aborted the job; rank 0 has no stall shutdown time. Its log:\n%s", r, logs[r].String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	onEveryRank(t, hs[1:], func(h *Horovod) error {
+		_, err := h.Allreduce("late", x, AllreduceOptions{})
+		return err
+	})
+	if _, err := late.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		h.Shutdown()
+	}
+	for r := range logs {
+		said := logs[r].String()
+		for _, want := range []string{
+			"HOROVOD_STALL_CHECK_TIME_SECONDS is 0s on this rank, 1m0s on rank 0: using rank 0's",
+			"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is 50ms on this rank, 0s on rank 0: using rank 0's",
+		} {
+			if strings.Contains(said, want) != (r == 1) {
+				t.Errorf("rank %d's log %q; saying %q: %v", r, said, want, r == 1)
+			}
+		}
+	}
+}

@@ -3,6 +3,8 @@
 #   make test-mpi       the horovod/mpi backend tests and the conformance suite under mpirun -np 2
 #                       and -np 3 (oversubscribed), the -np 2 run also writing and checking a timeline,
 #                       and once more with a 4 KiB fusion threshold and a 3-entry negotiation cache;
+#                       rank 1 alone without fusion or cache, and alone with a 2 s stall shutdown
+#                       time while rank 0 stops for 4 s, each taking rank 0's settings;
 #                       then a -np 2 job whose Init fails on rank 0 only must fail it on both ranks
 #   make test-multinode the same suites over two machines simulated on this one
 #                       (scripts/fake-nodes: a network and a UTS namespace per host, veth pairs
@@ -40,6 +42,7 @@ DEBS += iproute2
 # bounded as a last resort.
 HVD_MPIRUN := HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=60 timeout 300 $(MPIRUN)
 HVD_FUSED_RUN := -test.count=1 -test.run '^TestFusedAndGroupedAllreduce$$'
+HVD_CHILD_RUN := -test.count=1 -test.run '^TestChild$$'
 
 .PHONY: test-mpi test-multinode bench-horovod bench-network network-faults
 TEST_TARGETS  += test-mpi test-multinode
@@ -60,6 +63,10 @@ test-mpi: debs
 	$(HVD_MPIRUN) -np 1 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN) : \
 	  -np 1 -x HOROVOD_FUSION_THRESHOLD=0 -x HOROVOD_CACHE_CAPACITY=0 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN) : \
 	  -np 1 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN)
+	# Rank 1 alone with a 2 s stall shutdown time while rank 0 stops for 4 s (TestChild's mode stop):
+	# it takes rank 0's stall times, or its watchdog would abort the job.
+	GOROVOD_CONFORMANCE_CHILD=stop GOROVOD_CONFORMANCE_STOP_RANK=0 $(HVD_MPIRUN) -np 1 $(HVD_BUILD)/conformance.test $(HVD_CHILD_RUN) : \
+	  -np 1 -x HOROVOD_STALL_CHECK_TIME_SECONDS=1 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2 $(HVD_BUILD)/conformance.test $(HVD_CHILD_RUN)
 	# Init failing on rank 0 only (it alone creates the timeline, here in a missing directory) must
 	# fail Init on both ranks, naming rank 0. No stall shutdown: a hang is caught by the timeout.
 	rm -rf $(HVD_BUILD)/missing

@@ -19,10 +19,10 @@ import (
 
 const childEnv = "GOROVOD_CONFORMANCE_CHILD"
 
-// TestChild is the job the failure tests launch: every rank allreduces a tensor named "step" in
-// a loop, and after five steps the last rank fails in the way the mode says. In mode "stop", the
-// rank stopRankEnv names stops itself (SIGSTOP) for stopSeconds and then goes on, and the job
-// ends normally after ten steps.
+// TestChild is the job the failure tests and make test-mpi launch: every rank allreduces a tensor
+// named "step" in a loop, and after five steps the last rank fails in the way the mode says. In
+// mode "stop", the rank stopRankEnv names stops itself (SIGSTOP) for stopSeconds and then goes
+// on, and the job ends normally after ten steps.
 func TestChild(t *testing.T) {
 	mode := os.Getenv(childEnv)
 	if mode == "" {
