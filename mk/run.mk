@@ -2,7 +2,7 @@
 #
 #   make run             set up a fresh machine (setup: Debian packages, venv, TensorFlow C library,
 #                        MiniLM SavedModel; data: IMDB), build bin/finetune, fine-tune MiniLM on the
-#                        IMDB subset of the default task with 2 ranks (mpirun -np 2), evaluate on
+#                        IMDB subset of the default task with 2 ranks (bin/gorovodrun -np 2), evaluate on
 #                        dev, predict test, export the serving model, print the dev accuracy
 #   make bench-finetune  examples/s of 1 rank x 1 thread vs 2 ranks x 1 thread (scaling efficiency)
 #                        and vs TensorFlow's MultiWorkerMirroredStrategy with 2 workers, same model,

@@ -110,9 +110,9 @@ func defaultTask() Config {
 // as make run trains in about ten minutes on a two-core machine in the precision --amp picks
 // there, since more examples are what lifts its dev accuracy (docs/usage.md). Where --amp computes
 // in bfloat16 (AVX512-BF16 or AMX), 14,000: the slowest such CPU measured (an AMD EPYC of family
-// 25) trained them in 7 min 41 s at 30.3 examples/s, and at the 27.4 it reached on a slower day,
+// 25) trained them in 7 min 41 s at 30.3 examples/s, and at the 27.4 it reached on a slower afternoon,
 // in 8 min 31 s, which with set-up, evaluation and prediction still leaves half a minute; 16,000
-// missed the ten minutes there that day. In float32, 8,000: 9 minutes at 14.9 examples/s on an
+// missed the ten minutes there that afternoon. In float32, 8,000: 9 minutes at 14.9 examples/s on an
 // AMD EPYC with AVX2 alone. (On a GPU --amp computes in float16 whatever the CPU, and either size
 // trains in minutes.) Every rank decides alike on one machine; ranks on CPUs that differ would
 // each read their own first lines, and the schedule still follows their sum.
