@@ -80,6 +80,9 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 		add(mcaArg("btl_tcp_if_include", nics), envArg("NCCL_SOCKET_IFNAME", nics))
 		setByFlags["NCCL_SOCKET_IFNAME"] = true
 	}
+	// Each line a rank writes starts with [1,RANK]<stdout>: or <stderr>:, as under horovodrun,
+	// whose users' log tooling reads it; --mpi-args "--mca orte_tag_output 0" leaves it off.
+	add(mpirunArg{"tag-output", []string{"--tag-output"}})
 	if o.outputFilename != "" {
 		add(mpirunArg{"output-filename", []string{"--output-filename", o.outputFilename}})
 	}
@@ -256,10 +259,13 @@ func mpirunKeys(words []string) map[string]bool {
 		switch opt.name {
 		case "mca", "gmca":
 			keys["mca:"+opt.values[0]] = true
+			if opt.values[0] == "orte_tag_output" {
+				keys["tag-output"] = true // --tag-output's parameter, which turns it off as 0
+			}
 		case "x":
 			name, _, _ := strings.Cut(opt.values[0], "=")
 			keys["x:"+name] = true
-		case "bind-to", "map-by", "oversubscribe", "output-filename", "timestamp-output":
+		case "bind-to", "map-by", "oversubscribe", "tag-output", "output-filename", "timestamp-output":
 			keys[opt.name] = true
 		}
 	}

@@ -28,7 +28,7 @@ func TestCommandDefaults(t *testing.T) {
 	argv, warnings := mpirunCommand(o, env, false)
 	want := []string{"mpirun", "-np", "3", "-H", "localhost:3",
 		"--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1", "--mca", "btl", "^openib",
-		"--mca", "odls_base_sigkill_timeout", "1",
+		"--mca", "odls_base_sigkill_timeout", "1", "--tag-output",
 		"-x", "CUDA_VISIBLE_DEVICES", "-x", "GOROVOD_MPI_WAIT", "-x", "HOME", "-x", "HOROVOD_CYCLE_TIME",
 		"-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS",
 		"-x", "PATH", "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
@@ -60,7 +60,7 @@ func TestCommandAllFlags(t *testing.T) {
 		"--oversubscribe",
 		"--mca", "plm_rsh_args", "-p 2222 -i /k/id_rsa",
 		"--mca", "btl_tcp_if_include", "eth0,eth1,ib0", "-x", "NCCL_SOCKET_IFNAME=eth0,eth1,ib0",
-		"--output-filename", "logs", "--timestamp-output",
+		"--tag-output", "--output-filename", "logs", "--timestamp-output",
 		"-x", "HOROVOD_FUSION_THRESHOLD=67108864", "-x", "HOROVOD_CYCLE_TIME=3.5", "-x", "HOROVOD_CACHE_CAPACITY=0",
 		"-x", "HOROVOD_TIMELINE=/t/tl.json", "-x", "HOROVOD_STALL_CHECK_DISABLE=1",
 		"-x", "HOROVOD_STALL_CHECK_TIME_SECONDS=30", "-x", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120",
@@ -140,7 +140,7 @@ func TestCommandMpiArgsReplace(t *testing.T) {
 		`--mca btl tcp,self,vader -mca btl_tcp_if_include lo,eth0 --map-by node -x NCCL_DEBUG=WARN -x "X=a b"`, "p")
 	argv, _ := mpirunCommand(o, []string{"NCCL_DEBUG=INFO", "PATH=/bin"}, false)
 	want := []string{"mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "--mca", "pml", "ob1",
-		"--mca", "odls_base_sigkill_timeout", "1", "-x", "NCCL_SOCKET_IFNAME=lo", "-x", "PATH",
+		"--mca", "odls_base_sigkill_timeout", "1", "-x", "NCCL_SOCKET_IFNAME=lo", "--tag-output", "-x", "PATH",
 		"--mca", "btl", "tcp,self,vader", "-mca", "btl_tcp_if_include", "lo,eth0", "--map-by", "node",
 		"-x", "NCCL_DEBUG=WARN", "-x", "X=a b", "p"}
 	if !reflect.DeepEqual(argv, want) {
@@ -157,6 +157,26 @@ func TestCommandMpiArgsReplace(t *testing.T) {
 	argv, _ = mpirunCommand(o, nil, false)
 	if got := strings.Join(argv[5:10], " "); got != "--bind-to socket --rankfile my ranks --mca" {
 		t.Errorf("--binding-args: %q", argv)
+	}
+}
+
+// Each line of a rank's output starts with its tag ([1,0]<stdout>:), as horovodrun has mpirun
+// write it for the log tooling that reads it; mpirun's own --tag-output in --mpi-args does not
+// double it, and its MCA parameter set to 0 there leaves the lines untagged.
+func TestCommandTagsOutput(t *testing.T) {
+	for _, tc := range []struct {
+		mpiArgs []string
+		tags    int
+	}{
+		{nil, 1},
+		{[]string{"--mpi-args", "--tag-output"}, 1},
+		{[]string{"--mpi-args", "--mca orte_tag_output 0"}, 0},
+		{[]string{"--mpi-args", "-gmca orte_tag_output false"}, 0},
+	} {
+		argv, _ := mpirunCommand(mustParse(t, append(tc.mpiArgs, "-np", "2", "p")...), nil, false)
+		if got := strings.Count(strings.Join(argv, " "), "--tag-output"); got != tc.tags {
+			t.Errorf("%q: %d --tag-output in %q, want %d", tc.mpiArgs, got, argv, tc.tags)
+		}
 	}
 }
 

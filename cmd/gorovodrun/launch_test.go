@@ -81,7 +81,9 @@ func sortedLines(out []byte) []string {
 }
 
 // Three ranks on this 2-core machine without --oversubscribe (the local host gets -np slots, as
-// with horovodrun), each seeing its rank and the HOROVOD_* settings of the flags and environment.
+// with horovodrun), each seeing its rank and the HOROVOD_* settings of the flags and environment,
+// and each line they print tagged with the rank, as horovodrun's are, unless --mpi-args turns
+// mpirun's tagging off.
 func TestLaunchLocal(t *testing.T) {
 	requireMpirun(t)
 	cmd := gorovodrun(t, 60*time.Second, "-np", "3", "--fusion-threshold-mb", "3", "--no-stall-check", "--",
@@ -93,10 +95,18 @@ func TestLaunchLocal(t *testing.T) {
 	}
 	var want []string
 	for _, r := range []string{"0", "1", "2"} {
-		want = append(want, "rank="+r+" size=3 fusion=3145728 stall=1 cycle=2.5")
+		want = append(want, "[1,"+r+"]<stdout>:rank="+r+" size=3 fusion=3145728 stall=1 cycle=2.5")
 	}
 	if got := sortedLines(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("ranks printed\n%q\nwant\n%q", got, want)
+	}
+
+	out, err = gorovodrun(t, 60*time.Second, "-np", "2", "--mpi-args", "--mca orte_tag_output 0", "/bin/echo", "untagged").Output()
+	if err != nil {
+		t.Fatalf("--mca orte_tag_output 0: %v\n%s", err, stderrOf(err))
+	}
+	if got, want := sortedLines(out), []string{"untagged", "untagged"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("--mca orte_tag_output 0: ranks printed %q, want %q", got, want)
 	}
 }
 
@@ -132,7 +142,7 @@ func TestLaunchCtrlC(t *testing.T) {
 	}{
 		// As finetune: the first request stops the rank, the repeats are ignored.
 		{"once", `trap 'stop=1' USR2; echo ready; while [ -z "$stop" ]; do sleep 0.1; done; trap '' USR2; sleep 3; echo saved $OMPI_COMM_WORLD_RANK; exit 0`,
-			1, []string{"saved 0", "saved 1"}},
+			1, []string{"[1,0]<stdout>:saved 0", "[1,1]<stdout>:saved 1"}},
 		{"twice", `trap '' USR2; echo ready; while :; do sleep 0.1; done`, 2, nil}, // the ranks ignore SIGUSR2
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,8 +234,8 @@ func TestLaunchKilledEndsTheJob(t *testing.T) {
 	}
 }
 
-// startReady starts cmd, whose 2 ranks each print "ready" first, and returns its standard
-// output once both have.
+// startReady starts cmd, whose 2 ranks each print "ready" first (tagged with the rank), and
+// returns its standard output once both have.
 func startReady(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
 	t.Helper()
 	stdout, err := cmd.StdoutPipe()
@@ -236,10 +246,13 @@ func startReady(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
 		t.Fatal(err)
 	}
 	lines := bufio.NewScanner(stdout)
-	for ready := 0; ready < 2; ready++ {
-		if !lines.Scan() || lines.Text() != "ready" {
-			t.Fatalf("want both ranks ready, got %q (%v)", lines.Text(), lines.Err())
-		}
+	var ready []string
+	for len(ready) < 2 && lines.Scan() {
+		ready = append(ready, lines.Text())
+	}
+	sort.Strings(ready)
+	if !reflect.DeepEqual(ready, []string{"[1,0]<stdout>:ready", "[1,1]<stdout>:ready"}) {
+		t.Fatalf("want both ranks ready, got %q (%v)", ready, lines.Err())
 	}
 	return lines
 }
@@ -307,7 +320,7 @@ func TestLaunchRefusesWhatEveryRankWould(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--cycle-time-ms 2 over HOROVOD_CYCLE_TIME=abc: %v\n%s", err, stderrOf(err))
 	}
-	if got, want := sortedLines(out), []string{"cycle=2", "cycle=2"}; !reflect.DeepEqual(got, want) {
+	if got, want := sortedLines(out), []string{"[1,0]<stdout>:cycle=2", "[1,1]<stdout>:cycle=2"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ranks printed %q, want %q", got, want)
 	}
 }
@@ -354,7 +367,8 @@ func TestLaunchTwoMachines(t *testing.T) {
 		}
 		var want []string
 		for r, h := range tc.want {
-			want = append(want, "rank="+string(rune('0'+r))+" host="+h+" fusion=3145728 cycle=2.5 ifname=lo visible=2,3 secret=")
+			rank := string(rune('0' + r))
+			want = append(want, "[1,"+rank+"]<stdout>:rank="+rank+" host="+h+" fusion=3145728 cycle=2.5 ifname=lo visible=2,3 secret=")
 		}
 		if got := sortedLines(out); !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: ranks printed\n%q\nwant\n%q", tc.hosts, got, want)
@@ -386,7 +400,7 @@ func TestLaunchVerbose(t *testing.T) {
 	if want := "gorovodrun: " + string(dry); stderr.String() != want {
 		t.Errorf("--verbose printed %q, want %q", stderr.String(), want)
 	}
-	if string(out) != "a b\n" {
+	if string(out) != "[1,0]<stdout>:a b\n" {
 		t.Errorf("the rank printed %q", out)
 	}
 }
@@ -411,7 +425,7 @@ func TestLaunchProbesInterfaces(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	if got, want := sortedLines(out), []string{"nodea fake0", "nodea fake0", "nodeb fake0"}; !reflect.DeepEqual(got, want) {
+	if got, want := sortedLines(out), []string{"[1,0]<stdout>:nodea fake0", "[1,1]<stdout>:nodea fake0", "[1,2]<stdout>:nodeb fake0"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ranks printed %q, want %q\n%s", got, want, stderr.String())
 	}
 	for _, want := range []string{"gorovodrun: every machine is reached on fake0 (probed)", "--mca btl_tcp_if_include fake0"} {

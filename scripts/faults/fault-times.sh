@@ -34,6 +34,10 @@ cp "$work/data/dev.tsv" "$work/data/test.tsv"
 flags=(--saved_model="$model" --data_dir="$work/data" --max_seq_length=32 --threads=1 --inter_op_threads=1
 	--log_step_count_steps=1 --do_train --train_batch_size=4 --num_train_epochs=50 --save_checkpoints_steps=20)
 
+# untagged LOG: the log without the [JOB,RANK]<stdout>: (or <stderr>:) that mpirun's --tag-output,
+# which gorovodrun passes, starts each line with.
+untagged() { sed 's/^\[[0-9]*,[0-9]*\]<std[a-z]*>://' "$1"; }
+
 now() { printf '%s\n' "${EPOCHREALTIME/,/.}"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
@@ -121,7 +125,7 @@ wait_end
 took=$(elapsed "$t0" "$(now)")
 # The step every rank stopped after: the last one the log reports (mpirun may drop what the
 # ranks write once one has exited, so the checkpoint state file decides).
-stopped=$(sed -n 's|^step \([0-9]*\)/.*|\1|p' "$work/int.log" | tail -1)
+stopped=$(untagged "$work/int.log" | sed -n 's|^step \([0-9]*\)/.*|\1|p' | tail -1)
 latest=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\(.*\)"/\1/p' "$work/int/checkpoint")
 if [ -n "$latest" ] && [ "$latest" = "$stopped" ]; then
 	report "Ctrl-C (signal to end)" "$took" 30 "exit $status, rank 0 checkpointed"
@@ -183,7 +187,7 @@ wait_end
 tail -n "+$from" "$work/stop.log" >"$work/stopped.log" # what was said from the stop on
 # Rank 0 names rank 1 when the stop caught it outside a collective; inside one, MPI cannot tell
 # which rank is late, and rank 1 says it was stopped once it runs again.
-if grep -A1 "Missing ranks" "$work/stopped.log" | grep -q "^0"; then
+if untagged "$work/stopped.log" | grep -A1 "Missing ranks" | grep -q "^0"; then
 	report "SIGSTOP of rank 1 for 4 s" 1 0 "rank 0, the healthy one, reported missing"
 elif grep -q "horovod\[0\]: stall: .*rank 1 has not entered it" "$work/stopped.log"; then
 	report "SIGSTOP of rank 1 for 4 s" 0 1 "rank 0 named rank 1"
