@@ -58,7 +58,8 @@ type Options struct {
 
 // Progress follows rank 0's training (a progress bar, a log line every n steps).
 type Progress interface {
-	// Report receives each step rank 0 trains, as it ends.
+	// Report receives each step rank 0 trains, as it ends; a skipped update too, its Step
+	// the global step it left unchanged.
 	Report(Step)
 	// Rate is the smoothed number of examples per second, all ranks together, which the
 	// summaries record as examples_per_sec.

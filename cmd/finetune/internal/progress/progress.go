@@ -25,6 +25,7 @@ type Reporter struct {
 	now       func() time.Time
 	start     time.Time
 	first     int64 // step at which this run started (non-zero after a resume)
+	step      int64 // global step of the last step reported, first before any
 	last      time.Time
 	rate      float64 // smoothed examples per second, all ranks together
 	stepRate  float64 // smoothed steps per second
@@ -51,16 +52,24 @@ func newReporter(w io.Writer, terminal bool, width int, first, total int64, logE
 	}
 	t := now()
 	return &Reporter{w: w, terminal: terminal, width: width, total: total, every: int64(logEvery),
-		now: now, start: t, last: t, first: first}
+		now: now, start: t, last: t, first: first, step: first}
 }
 
 // smoothing weighs the newest step in the moving averages of the rates.
 const smoothing = 0.1
 
-// Report records a finished step and updates the display.
+// Report records a finished step and updates the display. A skipped update (gradients not
+// finite) leaves the global step where it was and is not a step here: the trainer logs the skip,
+// and the next step that applies shows the count (skipped = N) and is timed from the last step
+// that applied, so that the rates count the steps and examples that trained, as Estimator's
+// global_step/sec does. Taken as a step, it would repeat that step's line.
 func (r *Reporter) Report(s trainer.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if s.Step <= r.step {
+		return
+	}
+	r.step = s.Step
 	t := r.now()
 	dt := t.Sub(r.last).Seconds()
 	r.last = t

@@ -60,6 +60,32 @@ func TestRatesStartAfterTheFirstStep(t *testing.T) {
 	}
 }
 
+// A skipped update (float16's loss scale overflowing, before the first step and after step 2)
+// reports the step it left unchanged: no line of its own, whose step would repeat, and no step
+// or examples in the rates; the next line counts it, its rates timed from the last applied step.
+func TestSkippedUpdateIsNoStep(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Unix(0, 0)}
+	r := newReporter(&b, false, 0, 0, 10, 1, c.now)
+	c.tick(20 * time.Second)
+	r.Report(trainer.Step{Step: 0, Examples: 64, Skipped: 1})
+	for _, s := range []trainer.Step{{Step: 1, Skipped: 1}, {Step: 2, Skipped: 1}, {Step: 2, Skipped: 2}, {Step: 3, Skipped: 2}} {
+		c.tick(500 * time.Millisecond)
+		s.Examples = 64
+		r.Report(s)
+	}
+	// Step 3 took 1 s with the skip: 64 examples/s and 1 step/s into the averages of 128 and 2.
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if want := "step 3/10: loss = 0.00000, learning_rate = 0, examples/sec = 121.6, global_step/sec = 1.9, eta = 4s, skipped = 2"; len(lines) != 3 ||
+		!strings.HasPrefix(lines[0], "step 1/10:") || !strings.HasPrefix(lines[1], "step 2/10:") || lines[2] != want {
+		t.Fatalf("want one line for each of steps 1, 2 and 3, the last\n%s\ngot:\n%s", want, b.String())
+	}
+	r.Done(3, 3*64)
+	if !strings.HasSuffix(b.String(), "trained steps 0..3 in 22s: 8.7 examples/sec over all ranks (85.33 after the first step)\n") {
+		t.Errorf("summary: %q", b.String())
+	}
+}
+
 func TestBarRedrawsInPlaceAndLogsMoveItAside(t *testing.T) {
 	var b bytes.Buffer
 	c := &clock{t: time.Unix(0, 0)}
