@@ -287,7 +287,9 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 			if float16 {
 				note = fmt.Sprintf(", loss scale now %v", lossScale)
 			}
-			t.infof("step %d: gradients not finite (global norm %v): update skipped on every rank (%d so far)%s", step, res.GlobalNorm, skipped, note)
+			// Named by the step it would have made: the global step stays where it was.
+			t.infof("update to step %d skipped on every rank: gradients not finite (global norm %v), the global step stays at %d (%d skipped so far)%s",
+				step+1, res.GlobalNorm, step, skipped, note)
 			if consecutive >= maxConsecutiveSkips {
 				return Result{Step: step, LossScale: lossScale}, fmt.Errorf("the gradients were not finite for %d steps in a row at step %d: training diverged", consecutive, step)
 			}

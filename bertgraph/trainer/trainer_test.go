@@ -3,6 +3,7 @@ package trainer_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -157,11 +158,20 @@ func TestBadClipNormAndEndingData(t *testing.T) {
 
 // A run whose updates are skipped (gradients not finite: here a learning rate that blows the
 // weights up) writes one TensorBoard point a step, not one per skipped update at the step
-// that did not advance, and its file starts with the SessionLog START of its first step.
+// that did not advance, and its file starts with the SessionLog START of its first step. Its
+// log names a skipped update by the step it would have made, beside the step that stays.
 func TestSkippedUpdatesWriteOnePointAStep(t *testing.T) {
 	hvd, model, sched := tinyRun(t, 1, 1e30)
 	dir := t.TempDir()
-	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1e30, Logf: t.Logf})
+	var skipLines []string
+	logf := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		if strings.Contains(line, "skipped on every rank") {
+			skipLines = append(skipLines, line)
+		}
+	}
+	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1e30, Logf: logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,8 +184,15 @@ func TestSkippedUpdatesWriteOnePointAStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer data.Close()
-	if _, err := tr.Train(data, from); err == nil || !strings.Contains(err.Error(), "training diverged") {
+	res, err := tr.Train(data, from)
+	if err == nil || !strings.Contains(err.Error(), "training diverged") {
 		t.Fatalf("Train: %v, want the divergence after 100 skipped updates", err)
+	}
+	want := fmt.Sprintf("update to step %d skipped on every rank: gradients not finite", res.Step+1)
+	if len(skipLines) < 100 || !strings.HasPrefix(skipLines[len(skipLines)-1], want) ||
+		!strings.Contains(skipLines[len(skipLines)-1], fmt.Sprintf("the global step stays at %d (", res.Step)) {
+		t.Errorf("%d skip lines, the last %q: want at least 100, the last starting %q and naming step %d as the one that stays",
+			len(skipLines), skipLines[len(skipLines)-1:], want, res.Step)
 	}
 	events, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
 	if len(events) != 1 {
