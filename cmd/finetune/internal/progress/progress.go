@@ -139,15 +139,17 @@ func (r *Reporter) Rate() float64 {
 	return r.rate
 }
 
-// Logf writes one log line, moving an active bar out of the way first.
+// Logf writes one log line, moving an active bar out of the way first. The line goes out in one
+// write: mpirun --tag-output tags each piece of a rank's output it reads, so a newline written
+// apart could come out as a tag of its own, and another writer's output could land between.
 func (r *Reporter) Logf(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.clearBar()
-	fmt.Fprintf(r.w, format, args...)
-	if !strings.HasSuffix(format, "\n") {
-		io.WriteString(r.w, "\n")
+	line := r.clearBar() + fmt.Sprintf(format, args...)
+	if !strings.HasSuffix(line, "\n") {
+		line += "\n"
 	}
+	io.WriteString(r.w, line)
 }
 
 // Done ends the display with a summary line: steps, wall time, mean examples per second, and
@@ -158,7 +160,7 @@ func (r *Reporter) Logf(format string, args ...any) {
 func (r *Reporter) Done(step int64, examples int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.clearBar()
+	moveBar := r.clearBar()
 	t := r.now()
 	el := t.Sub(r.start)
 	rate, steady := 0.0, 0.0
@@ -168,13 +170,16 @@ func (r *Reporter) Done(step int64, examples int64) {
 	if d := r.last.Sub(r.firstDone).Seconds(); !r.firstDone.IsZero() && d > 0 {
 		steady = float64(r.steadyExample) / d
 	}
-	fmt.Fprintf(r.w, "trained steps %d..%d in %s: %.1f examples/sec over all ranks (%.2f after the first step)\n",
-		r.first, step, el.Round(time.Millisecond), rate, steady)
+	fmt.Fprintf(r.w, "%strained steps %d..%d in %s: %.1f examples/sec over all ranks (%.2f after the first step)\n",
+		moveBar, r.first, step, el.Round(time.Millisecond), rate, steady)
 }
 
-func (r *Reporter) clearBar() {
+// clearBar returns what a line written next starts with: a newline under an active bar, which
+// leaves it drawn above.
+func (r *Reporter) clearBar() string {
 	if r.barActive {
-		io.WriteString(r.w, "\n")
 		r.barActive = false
+		return "\n"
 	}
+	return ""
 }

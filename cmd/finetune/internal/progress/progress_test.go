@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,32 @@ func TestBarRedrawsInPlaceAndLogsMoveItAside(t *testing.T) {
 	r.Logf("saved %s", "model.ckpt-150")
 	if !strings.HasSuffix(b.String(), "\x1b[K\nsaved model.ckpt-150\n") {
 		t.Errorf("log line did not move the bar aside: %q", b.String())
+	}
+}
+
+// writes records each Write apart.
+type writes []string
+
+func (w *writes) Write(p []byte) (int, error) { *w = append(*w, string(p)); return len(p), nil }
+
+// Every line goes out in one write, with or without a bar to move aside: mpirun --tag-output
+// tags each piece of a rank's output it reads, and a newline written apart came out as a tag
+// of its own ("saved checkpoint ...[1,0]<stderr>:").
+func TestEachLineIsOneWrite(t *testing.T) {
+	for _, terminal := range []bool{false, true} {
+		var w writes
+		c := &clock{t: time.Unix(0, 0)}
+		r := newReporter(&w, terminal, 80, 0, 10, 1, c.now)
+		c.tick(time.Second)
+		r.Report(trainer.Step{Step: 1, Loss: 0.5, LR: 2e-5, Examples: 32})
+		r.Logf("saved %s", "model.ckpt-1")
+		r.Report(trainer.Step{Step: 2, Loss: 0.5, LR: 2e-5, Examples: 32})
+		r.Done(2, 64)
+		for _, line := range []string{"saved model.ckpt-1\n", "trained steps 0..2 in "} {
+			i := slices.IndexFunc(w, func(s string) bool { return strings.Contains(s, line) })
+			if i < 0 || !strings.HasSuffix(w[i], "\n") || (terminal && !strings.HasPrefix(w[i], "\n")) {
+				t.Errorf("terminal %v: writes %q: want %q in one write ending its line (after the bar's newline on a terminal)", terminal, w, line)
+			}
+		}
 	}
 }
