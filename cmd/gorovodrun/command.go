@@ -81,7 +81,8 @@ func mpirunCommand(o options, env []string, root bool) (argv, warnings []string)
 		setByFlags["NCCL_SOCKET_IFNAME"] = true
 	}
 	// Each line a rank writes starts with [1,RANK]<stdout>: or <stderr>:, as under horovodrun,
-	// whose users' log tooling reads it; --mpi-args "--mca orte_tag_output 0" leaves it off.
+	// whose users' log tooling reads it; --mpi-args "--mca orte_tag_output 0" leaves it off, and
+	// Open MPI 5's --output in --mpi-args chooses the output's form instead (tag among its values).
 	add(mpirunArg{"tag-output", []string{"--tag-output"}})
 	if o.outputFilename != "" {
 		add(mpirunArg{"output-filename", []string{"--output-filename", o.outputFilename}})
@@ -267,6 +268,8 @@ func mpirunKeys(words []string) map[string]bool {
 			keys["x:"+name] = true
 		case "bind-to", "map-by", "oversubscribe", "tag-output", "output-filename", "timestamp-output":
 			keys[opt.name] = true
+		case "output":
+			keys["tag-output"] = true // Open MPI 5's --output tag,...: the user's choice of form
 		}
 	}
 	return keys

@@ -162,7 +162,8 @@ func TestCommandMpiArgsReplace(t *testing.T) {
 
 // Each line of a rank's output starts with its tag ([1,0]<stdout>:), as horovodrun has mpirun
 // write it for the log tooling that reads it; mpirun's own --tag-output in --mpi-args does not
-// double it, and its MCA parameter set to 0 there leaves the lines untagged.
+// double it, and its MCA parameter set to 0 there leaves the lines untagged, as Open MPI 5's
+// --output there does (the user's list of forms, with tag in it or not).
 func TestCommandTagsOutput(t *testing.T) {
 	for _, tc := range []struct {
 		mpiArgs []string
@@ -172,6 +173,8 @@ func TestCommandTagsOutput(t *testing.T) {
 		{[]string{"--mpi-args", "--tag-output"}, 1},
 		{[]string{"--mpi-args", "--mca orte_tag_output 0"}, 0},
 		{[]string{"--mpi-args", "-gmca orte_tag_output false"}, 0},
+		{[]string{"--mpi-args", "--output timestamp"}, 0},
+		{[]string{"--mpi-args", "--output tag,timestamp --display map"}, 0},
 	} {
 		argv, _ := mpirunCommand(mustParse(t, append(tc.mpiArgs, "-np", "2", "p")...), nil, false)
 		if got := strings.Count(strings.Join(argv, " "), "--tag-output"); got != tc.tags {

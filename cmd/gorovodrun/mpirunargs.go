@@ -6,7 +6,8 @@ import (
 )
 
 // mpirunValueCounts is how many words follow each mpirun option that takes values (Open MPI
-// 4.1's `mpirun --help all`, and Open MPI 5's MCA options), by name without its dashes: Open MPI
+// 4.1's `mpirun --help all`, and Open MPI 5's MCA options and its --output and --display, which
+// replace 4.1's --tag-output, --timestamp-output and --display-map), by name without its dashes: Open MPI
 // takes one dash or two. Whatever gorovodrun puts after the user's mpirun words is the command,
 // so an option missing its value would take the program's name as its value.
 var mpirunValueCounts = map[string]int{
@@ -18,7 +19,7 @@ var mpirunValueCounts = map[string]int{
 	"output-filename": 1, "xml-file": 1, "stdin": 1, "report-pid": 1, "report-uri": 1, "report-events": 1,
 	"wd": 1, "wdir": 1, "path": 1, "prefix": 1, "preload-files": 1, "launch-agent": 1, "personality": 1,
 	"ompi-server": 1, "hnp": 1, "timeout": 1, "max-restarts": 1, "max-vm-size": 1, "cf": 1, "cartofile": 1,
-	"debugger": 1, "xterm": 1,
+	"debugger": 1, "xterm": 1, "output": 1, "display": 1, "stream-buffering": 1,
 }
 
 // mpirunOption is one option of an mpirun argument list: its name without dashes, as written,
