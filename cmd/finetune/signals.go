@@ -19,6 +19,10 @@ type stopper struct {
 	ch     chan os.Signal
 	closed chan struct{} // closed by close: the watcher returns
 	exited chan struct{} // closed by the watcher as it returns
+	// written is set once the checkpoint of the step the ranks stopped after is complete: a
+	// second signal then only cuts the shutdown short (mpirun sends SIGTERM to the ranks left
+	// once the first exits with 128+n).
+	written atomic.Bool
 }
 
 func newStopper() *stopper {
@@ -48,13 +52,20 @@ func (s *stopper) watch() {
 			if second == syscall.SIGUSR2 {
 				continue // gorovodrun's, repeated: its second Ctrl-C ends the job through mpirun
 			}
-			fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
+			if s.written.Load() {
+				fmt.Fprintf(os.Stderr, "finetune: second %v: exiting during shutdown, the checkpoint of the last step is written\n", second)
+			} else {
+				fmt.Fprintf(os.Stderr, "finetune: second %v: exiting without a checkpoint\n", second)
+			}
 			os.Exit(exitCode(second))
 		case <-s.closed:
 			return
 		}
 	}
 }
+
+// checkpointWritten records that the ranks stopped after a step whose checkpoint is complete.
+func (s *stopper) checkpointWritten() { s.written.Store(true) }
 
 // requested returns the signal that asked to stop, or nil.
 func (s *stopper) requested() os.Signal {
