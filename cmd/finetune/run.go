@@ -78,32 +78,31 @@ func run(args []string) int {
 		j.console.infof("warning: %v: each step faults its memory in again", err)
 	}
 	err = j.run()
-	// A stopped rank says so before Shutdown, whose MPI_Finalize no rank leaves before every
-	// rank has entered it: mpirun ends the other ranks as soon as the first exits with 128+n,
-	// and a rank still on its way to this line would be ended without it.
+	// Each rank says how it ends before Shutdown, whose MPI_Finalize no rank leaves before every
+	// rank has entered it: mpirun ends the ranks left as soon as the first exits non-zero, and a
+	// rank still on its way to its line would be ended without it.
+	code := 0
 	var intr errInterrupted
-	interrupted := errors.As(err, &intr)
-	switch {
-	case interrupted && intr.during == "":
-		j.console.rankf("%v: exiting after the checkpoint of the last step", intr.sig)
-		stop.checkpointWritten()
-	case interrupted:
-		j.console.rankf("%v: stopped %s, exiting", intr.sig, intr.during)
-	}
-	if serr := hvd.Shutdown(); serr != nil && err == nil && !errors.Is(serr, horovod.ErrShutdown) {
-		err = serr
-	}
 	var reported errReported
 	switch {
 	case errors.As(err, &reported):
-		return 1
-	case interrupted:
-		return exitCode(intr.sig)
+		code = 1
+	case errors.As(err, &intr) && intr.during == "":
+		j.console.rankf("%v: exiting after the checkpoint of the last step", intr.sig)
+		stop.checkpointWritten()
+		code = exitCode(intr.sig)
+	case errors.As(err, &intr):
+		j.console.rankf("%v: stopped %s, exiting", intr.sig, intr.during)
+		code = exitCode(intr.sig)
 	case err != nil:
 		j.console.errorf("%v", j.explain(err))
-		return 1
+		code = 1
 	}
-	return 0
+	if serr := hvd.Shutdown(); serr != nil && code == 0 && !errors.Is(serr, horovod.ErrShutdown) {
+		j.console.errorf("%v", serr)
+		code = 1
+	}
+	return code
 }
 
 // explain adds to err, for a run without arguments that failed before its inputs were checked,
