@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"os"
+	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,5 +50,36 @@ func signalAndWait(t *testing.T, s *stopper, sig syscall.Signal) {
 	}
 	if got := s.requested(); got != syscall.SIGINT {
 		t.Fatalf("requested() = %v after %v, want interrupt", got, sig)
+	}
+}
+
+// A second signal exits at once with 128 + its number, and says whether the checkpoint of the
+// step the ranks stopped after is written (mpirun's SIGTERM to a rank still shutting down after
+// the first exited) or not, as its last line (TensorFlow's start-up lines come first). The stopper
+// runs in a child process, which the second signal ends.
+func TestStopperSecondSignalExits(t *testing.T) {
+	if mode := os.Getenv("STOPPER_CHILD"); mode != "" {
+		s := newStopper()
+		signalAndWait(t, s, syscall.SIGINT)
+		if mode == "written" {
+			s.checkpointWritten()
+		}
+		syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+		time.Sleep(10 * time.Second)
+		t.Fatal("still running 10 s after the second signal")
+	}
+	for mode, want := range map[string]string{
+		"written":     "finetune: second terminated: exiting during shutdown, the checkpoint of the last step is written\n",
+		"not written": "finetune: second terminated: exiting without a checkpoint\n",
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStopperSecondSignalExits$")
+		cmd.Env = append(os.Environ(), "STOPPER_CHILD="+mode)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) || !strings.HasSuffix(stderr.String(), want) {
+			t.Errorf("checkpoint %s: %v, stderr %q; want exit %d and %q", mode, err, stderr.String(), 128+int(syscall.SIGTERM), want)
+		}
 	}
 }
