@@ -95,3 +95,38 @@ func TestCallerRoundThatSeesShutdownEndsTheLoop(t *testing.T) {
 		t.Fatal("rank 1's Shutdown did not return after its caller's round saw rank 0's")
 	}
 }
+
+// A caller that runs rounds itself passes through Go's scheduler now and then, never after every
+// round: often enough that Go's runtime never takes its processor for running too long (a run of
+// blocking calls in step may never block), rarely enough that its hand-offs between threads cost
+// nothing (callerYieldInterval says why both matter).
+func TestCallerRunningRoundsYieldsEveryFewMilliseconds(t *testing.T) {
+	hs, _ := job(t, 2)
+	start := time.Now()
+	deadline := start.Add(10 * time.Second)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		out := make([]byte, 4)
+		for i := 0; ; i++ {
+			// Every rank makes the same number of calls: each stops once both have seen enough.
+			done := hs[0].LoopStats().CallerYields >= 3 && hs[1].LoopStats().CallerYields >= 3 && time.Since(start) > 4*callerYieldInterval
+			stop := float32(0)
+			if done || time.Now().After(deadline) {
+				stop = 1
+			}
+			got, err := h.Allreduce("x", mustTensor(t, nil, []float32{stop}), AllreduceOptions{Op: Max, Output: out})
+			if err != nil {
+				return err
+			}
+			if mustValues[float32](got)[0] == 1 {
+				return nil
+			}
+		}
+	})
+	elapsed := time.Since(start)
+	for r, h := range hs {
+		s := h.LoopStats()
+		if most := 1 + uint64(elapsed/callerYieldInterval); s.CallerYields < 3 || s.CallerYields > most {
+			t.Errorf("rank %d: %+v in %v of blocking allreduces in step: want at least 3 yields, at most one per %v (%d)", r, s, elapsed, callerYieldInterval, most)
+		}
+	}
+}

@@ -199,6 +199,10 @@ type LoopStats struct {
 	// HandOvers is how many blocking operations the background loop completed instead: another
 	// rank had not submitted its part by the caller's round, or a round was in progress.
 	HandOvers uint64
+	// CallerYields is how many times a caller that ran rounds itself then yielded its processor
+	// to Go's scheduler: at most once every few milliseconds, so that Go's runtime never takes
+	// the processor from a caller in a long run of collectives (see callerYieldInterval).
+	CallerYields uint64
 }
 
 // LoopStats reports how this rank's negotiation rounds were run so far. In a loop whose ranks
@@ -206,7 +210,7 @@ type LoopStats struct {
 // no hand-over between goroutines.
 func (h *Horovod) LoopStats() LoopStats {
 	c := h.ctl
-	return LoopStats{Rounds: c.rounds.Load(), CallerRounds: c.callerRounds.Load(), HandOvers: c.handOvers.Load()}
+	return LoopStats{Rounds: c.rounds.Load(), CallerRounds: c.callerRounds.Load(), HandOvers: c.handOvers.Load(), CallerYields: c.callerYields.Load()}
 }
 
 // Shutdown stops the background loop on every rank (operations still waiting fail with

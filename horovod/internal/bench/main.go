@@ -48,6 +48,7 @@ var (
 	peerVars   = flag.Bool("peer-variables", false, "instead of the table, time BroadcastVariables of MiniLM's variables against one MPI_Bcast of their bytes, printed as -peer prints")
 	only       = flag.String("only", "", "run only the rows whose description (with -peer: the collective's name) matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
+	longIters  = flag.Int("long-iters", 2000, "broadcasts of 1 MiB per batch in the row of a long run of blocking calls")
 	network    = flag.Bool("network", false, "the rows for links between machines instead: MiniLM's gradients "+
 		"in float32, fp16 and bf16, 64 MiB and 4 KiB, against raw MPI; no conversion rates")
 )
@@ -186,6 +187,10 @@ func main() {
 		{"  1 MiB average", "  (target >= 0.9)", rawAllreduce(mid, false, true, midIters), general(mid, horovod.Average, newResult, midIters), nil},
 		{"  64 MiB sum", "  (target >= 0.9)", rawAllreduce(big, false, false, bigIters), general(big, horovod.Sum, newResult, bigIters), nil},
 		{"  64 MiB average", "  (target >= 0.9)", rawAllreduce(big, false, true, bigIters), general(big, horovod.Average, newResult, bigIters), nil},
+		// A batch of about 0.15 s of blocking calls in step, where the others' batches last
+		// milliseconds: Go's runtime takes the processor of a goroutine that runs for 10 ms
+		// without being scheduled, unless horovod yields it (LoopStats.CallerYields).
+		{"BroadcastVariables 1 x 1 MiB in place, long batches of calls", "", rawBroadcast(mid, longIters), broadcastVariables(1, mid, longIters), nil},
 		{"BroadcastVariables 1024 x 4 KiB, fused (raw: one 4 MiB MPI_Bcast)", "", rawBroadcast(4<<20, midIters), broadcastVariables(1024, 4<<10, midIters), nil},
 		{"  the same, one broadcast per variable (fusion off)", "", rawBroadcast(4<<20, midIters), broadcastVariables(1024, 4<<10, midIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
 		{"BroadcastVariables 256 x 64 KiB, fused (raw: one 16 MiB MPI_Bcast)", "", rawBroadcast(16<<20, midIters), broadcastVariables(256, 64<<10, midIters), nil},
