@@ -106,7 +106,7 @@ func TestCallerRunningRoundsYieldsEveryFewMilliseconds(t *testing.T) {
 	deadline := start.Add(10 * time.Second)
 	onEveryRank(t, hs, func(h *Horovod) error {
 		out := make([]byte, 4)
-		for i := 0; ; i++ {
+		for {
 			// Every rank makes the same number of calls: each stops once both have seen enough.
 			done := hs[0].LoopStats().CallerYields >= 3 && hs[1].LoopStats().CallerYields >= 3 && time.Since(start) > 4*callerYieldInterval
 			stop := float32(0)
