@@ -72,22 +72,24 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 	var rank int
 	for _, size := range sizes {
 		iters := peerIters(size)
+		// Raw MPI and gorovod's reused row move the same memory: the input x and the output out.
+		// A buffer's place in physical memory alone can change a collective's time: on the
+		// family-25 AMD EPYC a 1 MiB MPI_Bcast took 60 µs from one buffer and 80-90 µs from
+		// another, in about one run in four, whichever side used it.
 		x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}
+		out := make([]byte, size*comm.Topology().Size)
 		for _, what := range collectives {
 			var raw float64
 			var err error
 			switch what {
 			case "allreduce_sum", "allreduce_average":
-				send, recv := make([]byte, size), make([]byte, size)
 				comm.Do(func() {
-					raw, err = rawmpi.TimeAllreduce(send, recv, horovod.Float32, what == "allreduce_average", 0, *batches, iters)
+					raw, err = rawmpi.TimeAllreduce(x.Data, out[:size], horovod.Float32, what == "allreduce_average", 0, *batches, iters)
 				})
 			case "allgather":
-				recv := make([]byte, size*comm.Topology().Size)
-				comm.Do(func() { raw, err = rawmpi.TimeAllgather(x.Data, recv, *batches, iters) })
+				comm.Do(func() { raw, err = rawmpi.TimeAllgather(x.Data, out, *batches, iters) })
 			case "broadcast":
-				buf := make([]byte, size)
-				comm.Do(func() { raw, err = rawmpi.TimeBroadcast(buf, *batches, iters) })
+				comm.Do(func() { raw, err = rawmpi.TimeBroadcast(x.Data, *batches, iters) })
 			}
 			if err != nil {
 				log.Fatal(err)
@@ -95,10 +97,10 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 			if raw > 0 {
 				rows = append(rows, row{"mpi", what, size, raw})
 			}
-			// Raw MPI's buffers are garbage now, up to 2 x size of it (768 MiB at 256 MiB with
-			// x): collected here, not by the first row below whose calls allocate (a new result
-			// per call), which otherwise paid for them (2 ranks, 256 MiB Sum: 0.50 s a call after
-			// raw MPI's rows against 0.03 s alone).
+			// The earlier rows' results are garbage now (up to 768 MiB at 256 MiB): collected
+			// here, not by the first row below whose calls allocate (a new result per call),
+			// which otherwise paid for them (2 ranks, 256 MiB Sum: 0.50 s a call after other
+			// rows' garbage against 0.03 s alone).
 			runtime.GC()
 			hvd, err := horovod.Init(horovod.WithBackend(keepOpen{comm}))
 			if err != nil {
@@ -137,13 +139,12 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 			var reused func() error
 			switch what {
 			case "allreduce_sum", "allreduce_average":
-				o := horovod.AllreduceOptions{Op: horovod.Sum, Output: make([]byte, size)}
+				o := horovod.AllreduceOptions{Op: horovod.Sum, Output: out[:size]}
 				if what == "allreduce_average" {
 					o.Op = horovod.Average
 				}
 				reused = func() error { _, err := hvd.Allreduce("t", x, o); return err }
 			case "allgather":
-				out := make([]byte, size*hvd.Size())
 				reused = func() error { _, err := hvd.AllgatherInto("t", x, out); return err }
 			case "broadcast":
 				vars := []horovod.NamedTensor{{Name: "t", Tensor: x}}
