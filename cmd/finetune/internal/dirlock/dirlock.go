@@ -61,7 +61,8 @@ func Acquire(dir, holder string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(holder+"\n"), 0)
 	}
 	if err != nil {

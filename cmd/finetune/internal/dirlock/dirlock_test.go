@@ -98,3 +98,20 @@ func TestFilesystemWithoutLocksIsToldApart(t *testing.T) {
 		}
 	}
 }
+
+// A lock file that cannot be written (here a link to /dev/full, which takes no truncation) is an
+// error naming it, not a lock whose holder nobody can read.
+func TestUnwritableLockFileFails(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/dev/full", dir+"/"+Name); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Acquire(dir, "me")
+	if err == nil {
+		l.Release()
+		t.Fatal("Acquire over an unwritable lock file succeeded")
+	}
+	if !strings.Contains(err.Error(), "writing "+dir+"/"+Name) {
+		t.Errorf("the error does not name the lock file: %v", err)
+	}
+}
