@@ -53,7 +53,7 @@ func (l *Library) NewComm(stream *Stream, size, rank int, id UniqueID) (*Comm, e
 // Stream is the communicator's stream, for the staging copies around its collectives.
 func (c *Comm) Stream() *Stream { return c.stream }
 
-// Device, Size and Rank describe the communicator.
+// Device is the CUDA device the communicator runs on.
 func (c *Comm) Device() int { return c.dev }
 
 // Size is the number of ranks in the communicator.
