@@ -58,11 +58,11 @@ wait_for() {
 	done
 }
 
-# wait_end [SECONDS]: until the job's launcher exits; sets $status.
+# wait_end: until the job's launcher exits (at most 120 s); sets $status.
 wait_end() {
-	local deadline=$((SECONDS + ${1:-120}))
+	local deadline=$((SECONDS + 120))
 	while kill -0 "$job_pid" 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || { echo "the job still runs ${1:-120}s later" >&2; exit 1; }
+		[ $SECONDS -lt $deadline ] || { echo "the job still runs 120s later" >&2; exit 1; }
 		sleep 0.02
 	done
 	status=0
