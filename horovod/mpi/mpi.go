@@ -90,9 +90,12 @@ const SleepingWaitMaxPart = 4096
 // driven from its own OS thread. It implements backend.Backend, ThreadBound, Negotiator, RollCall
 // and PeerProber.
 type Comm struct {
-	topo   backend.Topology
-	calls  chan func()
-	mu     sync.Mutex // guards closed against concurrent Close/Do
+	topo  backend.Topology
+	calls chan func()
+	// mu guards closed: Do holds it for reading while its call is on the MPI thread, Close for
+	// writing as it marks the Comm closed, so that no call reaches the thread after Close has
+	// begun, and a second Close does not finalize again.
+	mu     sync.RWMutex
 	closed bool
 	// serving is set while Serve runs a loop: that loop is then the only
 	// caller, and its calls run in place.
@@ -200,10 +203,9 @@ func (c *Comm) Do(f func()) error {
 		f()
 		return nil
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
 		return ErrClosed
 	}
 	done := make(chan struct{})
@@ -587,13 +589,15 @@ func (c *Comm) Abort(code int) {
 	select {} // MPI_Abort does not return; if it did, never let the caller carry on.
 }
 
-// Close finalizes MPI and ends the MPI thread.
+// Close finalizes MPI and ends the MPI thread. It waits for the calls already handed to the
+// thread; a call made meanwhile or later, and a second Close, return ErrClosed.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return ErrClosed
 	}
+	c.closed = true
 	c.mu.Unlock()
 	c.closeProbe()
 	var shmErr error
@@ -604,9 +608,6 @@ func (c *Comm) Close() error {
 	done := make(chan struct{})
 	c.calls <- func() { rc = C.hvd_mpi_finalize(); close(done) }
 	<-done
-	c.mu.Lock()
-	c.closed = true
 	close(c.calls)
-	c.mu.Unlock()
 	return errors.Join(shmErr, mpiError("MPI_Finalize", rc))
 }

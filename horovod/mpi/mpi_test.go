@@ -3,10 +3,13 @@ package mpi
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,11 +32,43 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if comm != nil {
-		if err := comm.Close(); err != nil {
-			panic(err)
+		// Close can be checked only here, after every test: MPI is initialized once a process.
+		if err := closeRacingDo(comm); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: closing the communicator:", err)
+			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// closeRacingDo closes c twice at once while calls race the closes: exactly one Close finalizes
+// MPI, the other returns ErrClosed, and each call either runs (before MPI_Finalize) or returns
+// ErrClosed. A second MPI_Finalize, or an MPI call after the first, makes Open MPI abort the
+// process; a call sent to the ended MPI thread would panic.
+func closeRacingDo(c *Comm) error {
+	const callers = 8
+	var wg sync.WaitGroup
+	closeErrs := make([]error, 2)
+	callErrs := make([]error, callers)
+	for i := range closeErrs {
+		wg.Go(func() { closeErrs[i] = c.Close() })
+	}
+	for i := range callErrs {
+		wg.Go(func() { callErrs[i] = c.Do(func() {}) })
+	}
+	wg.Wait()
+	if !(closeErrs[0] == nil && errors.Is(closeErrs[1], ErrClosed) || closeErrs[1] == nil && errors.Is(closeErrs[0], ErrClosed)) {
+		return fmt.Errorf("two Close calls at once returned %v and %v, want nil and ErrClosed", closeErrs[0], closeErrs[1])
+	}
+	for _, err := range callErrs {
+		if err != nil && !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("Do racing Close: %v, want nil or ErrClosed", err)
+		}
+	}
+	if err := c.Do(func() {}); !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("Do after Close: %v, want ErrClosed", err)
+	}
+	return nil
 }
 
 func need(t *testing.T) backend.Topology {
