@@ -398,6 +398,16 @@ func TestGLUEColumnsByIndex(t *testing.T) {
 	if _, err := Open(mnli, ReadOptions{Format: FormatGLUE, TextA: ColumnAt(9)}); err == nil || !strings.Contains(err.Error(), mnli+":1: header has 5 columns, no column 9 for text_a") {
 		t.Errorf("index beyond the header: %v", err)
 	}
+	// MRPC's train.tsv and dev.tsv as GLUE's download script writes them: the header starts with
+	// a byte order mark, which run_classifier skips with the header line. Named, the column
+	// matches without it.
+	mrpc := writeFile(t, "mrpc.tsv", "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t702876\t702977\tAmrozi accused his brother .\tAmrozi accused him .\n")
+	for _, label := range []Column{ColumnAt(0), ColumnNamed("Quality")} {
+		exs, _, err = readAll(t, mrpc, ReadOptions{Format: FormatGLUE, TextA: ColumnAt(3), TextB: ColumnAt(4), Label: label})
+		if err != nil || len(exs) != 1 || exs[0].Label != "1" || exs[0].TextB != "Amrozi accused him ." {
+			t.Errorf("header with a byte order mark, label %s: %+v %v", label, exs, err)
+		}
+	}
 }
 
 // XNLI's dev file as run_classifier's XnliProcessor reads it: one language's lines kept by the

@@ -30,7 +30,8 @@ var glueFiles = map[string]map[string]string{
 		"test.tsv": "index\tsentence\n0\tBill whistled past the house.\n1\tThe car honked its way down the \"road\".\n",
 	},
 	"mrpc": {
-		"train.tsv": "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" +
+		// train.tsv's header as GLUE's download script writes it: with Microsoft's byte order mark.
+		"train.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" +
 			"1\t702876\t702977\tAmrozi accused his brother , whom he called \" the witness \" , of deliberately distorting his evidence .\tReferring to him as only \" the witness \" , Amrozi accused his brother of deliberately distorting his evidence .\n" +
 			"0\t2108705\t2108831\tYucaipa owned Dominick 's before selling the chain to Safeway in 1998 for $ 2.5 billion .\t\n" +
 			"1\t1330381\t1330521\tNaïve café owners in Zürich said \"no\" .\tLes propriétaires ont dit « non » .\n",
