@@ -2,8 +2,12 @@ package nccl
 
 import (
 	"errors"
+	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestTypesMatchNCCLHeader(t *testing.T) {
@@ -233,5 +237,34 @@ func TestAverageAndBfloat16NeedNCCL210(t *testing.T) {
 	}
 	if err := c.AllReduce(buf, 4, Bfloat16, Sum); err == nil || !strings.Contains(err.Error(), "bfloat16 needs NCCL >= 2.10, loaded 2.9.6") {
 		t.Errorf("bfloat16: err = %v", err)
+	}
+}
+
+// A group spans whatever the goroutine does between GroupStart and GroupEnd: blocked meanwhile
+// (here on other goroutines' work, as staging between a group's collectives would be), it comes
+// back on the thread that opened the group, where the fake library, like NCCL, keeps it; on
+// another thread GroupEnd would be ncclInvalidUsage. A goroutine free to move changed threads in
+// about 1% of such rounds (GOMAXPROCS 2-4): 1,000 rounds make the unlocked case all but certain
+// to fail.
+func TestGroupStaysOnItsThread(t *testing.T) {
+	lib := fakeNCCL(t, "1")
+	defer runtime.GOMAXPROCS(max(4, runtime.GOMAXPROCS(0)))
+	runtime.GOMAXPROCS(max(4, runtime.GOMAXPROCS(0)))
+	for round := range 1000 {
+		if err := lib.GroupStart(); err != nil {
+			t.Fatal(err)
+		}
+		tid := syscall.Gettid()
+		var work sync.WaitGroup
+		for range 4 {
+			work.Go(func() { time.Sleep(20 * time.Microsecond) })
+		}
+		work.Wait()
+		if moved := syscall.Gettid() != tid; moved {
+			t.Errorf("round %d: the goroutine changed threads inside a group", round)
+		}
+		if err := lib.GroupEnd(); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
 	}
 }

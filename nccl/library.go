@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -102,12 +103,23 @@ func (l *Library) GetUniqueID() (UniqueID, error) {
 }
 
 // GroupStart and GroupEnd bracket several collectives so NCCL launches them as one
-// (ncclGroupStart/ncclGroupEnd).
+// (ncclGroupStart/ncclGroupEnd). NCCL keeps the open group per OS thread: GroupStart locks the
+// calling goroutine to its thread until GroupEnd, so the group's collectives, made from that
+// goroutine, join it, and GroupEnd ends it on the thread that opened it. A goroutine free to
+// move between threads would leave the group open on one (holding back every later collective
+// that ran there) and call GroupEnd on another, where NCCL has no group to end.
 func (l *Library) GroupStart() error {
-	return l.check(C.gr_call_v(l.groupStart), nil, "ncclGroupStart")
+	runtime.LockOSThread()
+	if err := l.check(C.gr_call_v(l.groupStart), nil, "ncclGroupStart"); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
 }
 
-// GroupEnd ends a group started with GroupStart.
+// GroupEnd ends a group started with GroupStart, from the same goroutine, and unlocks its
+// thread.
 func (l *Library) GroupEnd() error {
+	defer runtime.UnlockOSThread()
 	return l.check(C.gr_call_v(l.groupEnd), nil, "ncclGroupEnd")
 }

@@ -164,6 +164,14 @@ int ncclAllGather(const void *s, void *r, size_t n, int dt, void *c, void *st) {
 	return one_rank(s, r, n, dt);
 }
 #endif
-int ncclGroupStart(void) { FAIL(__func__); return 0; }
-int ncclGroupEnd(void) { FAIL(__func__); return 0; }
+/* The group depth is per thread, as NCCL's: ending a group on a thread that opened none is
+   ncclInvalidUsage. */
+static __thread int group_depth;
+int ncclGroupStart(void) { FAIL(__func__); group_depth++; return 0; }
+int ncclGroupEnd(void) {
+	FAIL(__func__);
+	if (group_depth == 0) return 5; /* ncclInvalidUsage */
+	group_depth--;
+	return 0;
+}
 #endif
