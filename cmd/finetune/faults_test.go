@@ -191,3 +191,25 @@ func TestRanksReadingAnotherTrainFileFail(t *testing.T) {
 		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
 	}
 }
+
+// Ranks whose --amp resolved to different precisions (here named apart, as --amp=true does on
+// machines with and without a GPU) stop before training, every rank naming each one's: a float16
+// rank's gradients carry its loss scale through the allreduce, and the ranks would apply
+// different updates (measured on the tiny model before this check: rank 0 float16 and rank 1
+// float32 ended 4 steps 0.01 apart in their weights).
+func TestRanksInDifferentPrecisionsFail(t *testing.T) {
+	model := tinyModel(t, false)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 16, 4, 4)
+	args := []string{"--oversubscribe", "--bind-to", "none", "-np", "1", finetuneBinary(t)}
+	args = append(args, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=fp16")...)
+	args = append(args, ":", "-np", "1", finetuneBinary(t))
+	args = append(args, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=false")...)
+	cmd := exec.Command("mpirun", args...)
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
+	r := runCmd(t, cmd)
+	want := "error: the ranks compute in different precisions (rank 0 float16, rank 1 float32)"
+	if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
+		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
+	}
+}

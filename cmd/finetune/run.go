@@ -189,6 +189,10 @@ func (j *job) run() error {
 func (j *job) setup() error {
 	err := j.prepare()
 	status := int64(1) // 1 ready, 0 failed, -n signal n
+	precision := int64(-1)
+	if err == nil {
+		precision = int64(j.model.Precision())
+	}
 	if err != nil {
 		// Said now, before the ranks agree: once the others know, they exit, and mpirun ends
 		// the job, dropping what this rank writes afterwards.
@@ -198,7 +202,7 @@ func (j *job) setup() error {
 	} else if sig := j.stop.requested(); sig != nil {
 		status = -int64(signalNumber(sig))
 	}
-	perRank, aerr := j.gatherInt64("finetune/setup", status)
+	perRank, aerr := j.gatherInt64("finetune/setup", status, precision)
 	if aerr != nil {
 		return errors.Join(err, aerr)
 	}
@@ -221,10 +225,34 @@ func (j *job) setup() error {
 			err = errInterrupted{syscall.Signal(-row[0]), "during setup"}
 		}
 	}
+	if err == nil {
+		err = checkSamePrecision(perRank)
+	}
 	if err != nil && j.model != nil {
 		j.model.Close()
 	}
 	return err
+}
+
+// checkSamePrecision fails, on every rank alike, when the ranks resolved --amp to different
+// precisions (column 1 of perRank), as --amp=true does on machines that differ (a GPU or not,
+// AVX512-BF16 or not). A float16 rank scales its gradients by its loss scale before the
+// allreduce and divides the sum by it after, a float32 or bfloat16 rank does not: each would
+// apply another update, and the ranks' copies of the model would drift apart. bfloat16 beside
+// float32 keeps them alike but is still two different jobs in one; a precision named by the
+// flag resolves alike everywhere.
+func checkSamePrecision(perRank [][]int64) error {
+	var ranks []string
+	differ := false
+	for r, row := range perRank {
+		ranks = append(ranks, fmt.Sprintf("rank %d %s", r, bertgraph.Precision(row[1])))
+		differ = differ || row[1] != perRank[0][1]
+	}
+	if !differ {
+		return nil
+	}
+	return fmt.Errorf("the ranks compute in different precisions (%s): --amp=true chooses by each machine's hardware; name one for every rank with --amp=fp16, --amp=bf16 or --amp=false",
+		strings.Join(ranks, ", "))
 }
 
 func (j *job) prepare() error {
