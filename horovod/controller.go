@@ -42,9 +42,13 @@ type controller struct {
 	// Rounds run on this rank, those a caller ran, blocking operations handed to the loop, and
 	// the times a caller that ran rounds yielded its processor (see callerYieldInterval).
 	rounds, callerRounds, handOvers, callerYields atomic.Uint64
-	// callerRoundAt is when a caller last ran a round (unix ns): the loop's cycle counts from it.
+	// epoch is when the controller was made; the times below are nanoseconds since it (since),
+	// read on Go's monotonic clock: a step of the wall clock (NTP, a VM resumed) would otherwise
+	// hold the loop's timed rounds back, or make a short backend call look stalled, by the step.
+	epoch time.Time
+	// callerRoundAt is when a caller last ran a round: the loop's cycle counts from it.
 	callerRoundAt atomic.Int64
-	// callerYieldAt is when a caller last yielded after its round (unix ns; turn holder only).
+	// callerYieldAt is when a caller last yielded after its round (turn holder only).
 	callerYieldAt int64
 
 	// Owned by the holder of turn; the first two are identical on every rank.
@@ -54,7 +58,7 @@ type controller struct {
 	fusion   arena // in the data backend's memory when it lends some (backend.HostAllocator)
 	timeline *timeline
 
-	busySince atomic.Int64  // unix ns when the current backend call began; 0 when none
+	busySince atomic.Int64  // when the current backend call began (since; at least 1); 0 when none
 	busyWhat  atomic.Value  // string: that call
 	busyTotal time.Duration // time spent in backend calls so far (turn holder only)
 }
@@ -68,6 +72,7 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		stopped: make(chan struct{}),
 		table:   newMessageTable(t.Size),
 		cache:   newResponseCache(h.cfg.CacheCapacity),
+		epoch:   time.Now(),
 	}
 	c.fusion = h.hostArena(data)
 	if h.cfg.Timeline != "" && t.Rank == 0 {
@@ -212,7 +217,7 @@ func (c *controller) loop() {
 	// so that neither completes its operation in it. A timed round waits for a cycle after the
 	// last caller's round.
 	sinceCallerRound := func() time.Duration {
-		return time.Duration(time.Now().UnixNano() - c.callerRoundAt.Load())
+		return time.Duration(c.since(time.Now()) - c.callerRoundAt.Load())
 	}
 	for {
 		timed := false
@@ -269,7 +274,7 @@ func (c *controller) round(byCaller bool) (busy, over bool) {
 	c.rounds.Add(1)
 	if byCaller {
 		c.callerRounds.Add(1)
-		defer func() { c.callerRoundAt.Store(time.Now().UnixNano()) }()
+		defer func() { c.callerRoundAt.Store(c.since(time.Now())) }()
 	}
 	msgs, err := exchange(c.negotiationAllgatherv, c.rank, c.size, announce(c.cache, reqs, shutdown, joined))
 	if err != nil {
@@ -426,11 +431,14 @@ func (c *controller) negotiationAllgatherv(send, recv []byte, counts []int) erro
 	return c.busy(negotiationRound, func() error { return backend.ControlAllgatherv(c.control, send, recv, counts) })
 }
 
+// since is t in the controller's clock: nanoseconds since epoch, on the monotonic clock.
+func (c *controller) since(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
+
 // busy runs one backend call under the watchdog's eye.
 func (c *controller) busy(what string, f func() error) error {
 	start := time.Now()
 	c.busyWhat.Store(what)
-	c.busySince.Store(start.UnixNano())
+	c.busySince.Store(max(1, c.since(start)))
 	defer func() {
 		c.busySince.Store(0)
 		c.busyTotal += time.Since(start)

@@ -138,7 +138,7 @@ func (c *controller) watchdog() {
 		if since == 0 {
 			continue
 		}
-		d := time.Since(time.Unix(0, since))
+		d := time.Duration(c.since(now) - since)
 		what, _ := c.busyWhat.Load().(string)
 		if abort > 0 && d >= abort {
 			c.h.log.Printf("aborting the job: %s on the %s backend has not completed in %v "+
