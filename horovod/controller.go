@@ -52,11 +52,14 @@ type controller struct {
 	callerYieldAt int64
 
 	// Owned by the holder of turn; the first two are identical on every rank.
-	table    *messageTable
-	cache    *responseCache
-	lastWarn time.Time
-	fusion   arena // in the data backend's memory when it lends some (backend.HostAllocator)
-	timeline *timeline
+	table *messageTable
+	cache *responseCache
+	// failedGroups holds the grouped allreduces that have failed, by group name: their members
+	// still to be answered fail too (answer). Forgotten when the ranks number groups afresh.
+	failedGroups map[string]*groupFailure
+	lastWarn     time.Time
+	fusion       arena // in the data backend's memory when it lends some (backend.HostAllocator)
+	timeline     *timeline
 
 	busySince atomic.Int64  // when the current backend call began (since; at least 1); 0 when none
 	busyWhat  atomic.Value  // string: that call
@@ -67,12 +70,13 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 	t := control.Topology()
 	c := &controller{
 		h: h, control: control, data: data, rank: t.Rank, size: t.Size,
-		queue:   newTensorQueue(),
-		wake:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
-		table:   newMessageTable(t.Size),
-		cache:   newResponseCache(h.cfg.CacheCapacity),
-		epoch:   time.Now(),
+		queue:        newTensorQueue(),
+		wake:         make(chan struct{}, 1),
+		stopped:      make(chan struct{}),
+		table:        newMessageTable(t.Size),
+		cache:        newResponseCache(h.cfg.CacheCapacity),
+		epoch:        time.Now(),
+		failedGroups: map[string]*groupFailure{},
 	}
 	c.fusion = h.hostArena(data)
 	if h.cfg.Timeline != "" && t.Rank == 0 {
@@ -295,6 +299,7 @@ func (c *controller) round(byCaller bool) (busy, over bool) {
 		// The ranks that joined early took part in the others' groups without calling
 		// GroupedAllreduce: every rank counts its groups afresh, as all have nothing in flight.
 		c.groups = 0
+		clear(c.failedGroups)
 		if c.joinAsked {
 			c.joinAsked = false
 			c.joinResult <- lastJoined

@@ -253,6 +253,99 @@ func TestGroupsOfDifferentSizesFail(t *testing.T) {
 	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
 }
 
+// A member that fails on its own (one rank grouped it, the other reduced it alone) fails its
+// group: the group's other members fail too, on every rank, where they used to wait for good
+// for a member that was gone (no stall warning either: every rank had submitted them), or
+// succeed on one rank and fail on the other.
+func TestAGroupFailsAsAWhole(t *testing.T) {
+	x := mustTensor(t, nil, []float32{1})
+	wait := func(t *testing.T, what string, done <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: still waiting after 10 s", what)
+		}
+	}
+	want := `group.1 fails as a whole: its member "q" failed: mismatched groups: group.1 on rank 0; no group on rank 1`
+
+	// Rank 1 reduces q alone and fails, as rank 0 does; then it groups p alone, its group.1.
+	hs, _ := job(t, 2)
+	errs := make([]error, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			if h.Rank() == 0 {
+				_, errs[0] = h.GroupedAllreduce([]NamedTensor{{"p", x}, {"q", x}}, AllreduceOptions{})
+				return nil
+			}
+			if _, err := h.Allreduce("q", x, AllreduceOptions{}); err == nil {
+				return errors.New("q reduced alone against a group")
+			}
+			_, errs[1] = h.GroupedAllreduce([]NamedTensor{{"p", x}}, AllreduceOptions{})
+			return nil
+		})
+	}()
+	wait(t, "a group whose member failed alone", done)
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "mismatched groups") {
+		t.Errorf("rank 0's group: %v", errs[0])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), `"p": `+want) {
+		t.Errorf("rank 1's group: %v", errs[1])
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+
+	// Rank 1's q, alone, is in the table before either group: it fails in the round p would
+	// have succeeded in on both ranks.
+	hs, _ = job(t, 2)
+	q, err := hs[1].AllreduceAsync("q", x, AllreduceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			members := []NamedTensor{{"p", x}, {"q", x}}
+			if h.Rank() == 1 {
+				members = members[:1]
+			}
+			_, errs[h.Rank()] = h.GroupedAllreduce(members, AllreduceOptions{})
+			return nil
+		})
+	}()
+	wait(t, "groups beside a tensor reduced alone", done)
+	if _, err := q.Wait(); err == nil {
+		t.Error("q reduced alone against a group")
+	}
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), `"p": `) {
+			t.Errorf("rank %d's group: %v; want p to fail", r, err)
+		}
+	}
+	if !strings.Contains(errs[1].Error(), want) {
+		t.Errorf("rank 1's group: %v; want %q", errs[1], want)
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+
+	// One member of a matching group has other shapes on the two ranks: the other member,
+	// which agreed, fails with it (it used to be reduced on its own).
+	onEveryRank(t, hs, func(h *Horovod) error {
+		b := mustTensor(t, []int{1}, []float32{1})
+		if h.Rank() == 1 {
+			b = mustTensor(t, []int{2}, []float32{1, 2})
+		}
+		_, errs[h.Rank()] = h.GroupedAllreduce([]NamedTensor{{"a", x}, {"b", b}}, AllreduceOptions{})
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), `"a": group.2 fails as a whole: its member "b" failed: mismatched shapes`) {
+			t.Errorf("rank %d's group with a member of other shapes: %v", r, err)
+		}
+	}
+}
+
 // A GroupedAllreduce that one rank refuses before submitting anything (a bad tensor, a name
 // already in flight there) leaves that rank's count of groups where the others' is: the next
 // groups still match.

@@ -2,6 +2,7 @@ package horovod
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +110,7 @@ func (c *controller) add(r int, s *spec, now time.Time) {
 func (c *controller) answer(now time.Time) []*response {
 	groups := newGroupTable(c.table)
 	var responses []*response
+	var respGroups [][]string // each response's groups, as the ranks named them
 	var remaining []string
 	for _, name := range c.table.order {
 		e := c.table.entries[name]
@@ -116,6 +118,7 @@ func (c *controller) answer(now time.Time) []*response {
 		group := ""
 		groupsDiffer := false // some rank grouped it, another did not: agree reports it
 		var first *spec
+		var named []string
 		for r, s := range e.specs {
 			if s == nil {
 				ready = ready && c.table.joined(r)
@@ -127,9 +130,13 @@ func (c *controller) answer(now time.Time) []*response {
 			groupsDiffer = groupsDiffer || s.group != first.group
 			if s.group != "" {
 				group = s.group
+				if !slices.Contains(named, s.group) {
+					named = append(named, s.group)
+				}
 			}
 		}
-		if group != "" && !(ready && groupsDiffer) {
+		failed := c.failedGroup(named)
+		if group != "" && failed == nil && !(ready && groupsDiffer) {
 			// A group moves as a whole: once every rank has submitted its members, either all of
 			// them are complete, or the ranks grouped different tensors and every member fails.
 			if !groups.complete(group) {
@@ -143,6 +150,9 @@ func (c *controller) answer(now time.Time) []*response {
 			continue
 		}
 		resp := agree(name, e, c.size)
+		if resp.err == nil && failed != nil {
+			resp.err = &Error{Op: "allreduce", Tensor: name, Reason: failed.Error()}
+		}
 		if resp.err == nil && group != "" {
 			if why := groups.mismatch(group); why != "" {
 				resp.err = &Error{Op: "allreduce", Tensor: name, Reason: why}
@@ -150,13 +160,51 @@ func (c *controller) answer(now time.Time) []*response {
 		}
 		resp.ready = now
 		responses = append(responses, resp)
-		c.timeline.negotiated(name, resp.spec.kind, resp.spec.dtype, now)
+		respGroups = append(respGroups, named)
+	}
+	// A member that failed fails its groups: their members answered in this round fail with
+	// it, and those still to come fail when every rank has submitted them (failedGroup), rather
+	// than wait for a group that can no longer be whole.
+	for i, resp := range responses {
+		if resp.err != nil {
+			for _, g := range respGroups[i] {
+				if c.failedGroups[g] == nil {
+					c.failedGroups[g] = &groupFailure{group: g, member: resp.err}
+				}
+			}
+		}
+	}
+	for i, resp := range responses {
+		if failed := c.failedGroup(respGroups[i]); resp.err == nil && failed != nil {
+			resp.err = &Error{Op: "allreduce", Tensor: resp.spec.name, Reason: failed.Error()}
+		}
+		c.timeline.negotiated(resp.spec.name, resp.spec.kind, resp.spec.dtype, now)
 		if resp.err == nil {
 			c.cache.remember(resp.spec)
 		}
 	}
 	c.table.settle(responses, remaining)
 	return responses
+}
+
+// groupFailure is why a group of allreduces failed: the first of its members to fail.
+type groupFailure struct {
+	group  string
+	member *Error
+}
+
+func (f *groupFailure) Error() string {
+	return fmt.Sprintf("%s fails as a whole: its member %q failed: %s", f.group, f.member.Tensor, f.member.Reason)
+}
+
+// failedGroup is the failure of the first of groups that has failed, or nil.
+func (c *controller) failedGroup(groups []string) *groupFailure {
+	for _, g := range groups {
+		if f := c.failedGroups[g]; f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // agree checks that every rank's spec for one operation match and builds its response.

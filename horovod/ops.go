@@ -107,7 +107,9 @@ func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, 
 // are: the n-th GroupedAllreduce of every rank (counting the calls that submitted a group, since
 // the last Join every rank completed) forms one group, so goroutines that group concurrently must
 // call in the same order on every rank. A rank that has joined takes part in the others' groups.
-// Ranks that grouped different tensors get an error naming each rank's members.
+// Ranks that grouped different tensors get an error naming each rank's members. A group fails
+// as a whole: when one member fails (different shapes on two ranks, say), every member fails on
+// every rank.
 func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tensor, error) {
 	reqs := make([]*request, len(ts))
 	for i, t := range ts {
