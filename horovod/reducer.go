@@ -3,6 +3,7 @@ package horovod
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
@@ -67,8 +68,9 @@ func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
 	if opts.GradientPredivideFactor == 0 {
 		opts.GradientPredivideFactor = 1
 	}
-	if opts.GradientPredivideFactor < 0 {
-		return nil, fmt.Errorf("horovod: gradient predivide factor %v is negative", opts.GradientPredivideFactor)
+	if f := opts.GradientPredivideFactor; !(f > 0) || math.IsInf(f, 1) {
+		// Each rank's part divided by an infinite factor is 0, times the factor after the sum NaN.
+		return nil, fmt.Errorf("horovod: gradient predivide factor %v: want a positive finite number", f)
 	}
 	if opts.GradientPredivideFactor != 1 && opts.Op != Average {
 		return nil, errors.New("horovod: gradient predivide factor applies to Average only")

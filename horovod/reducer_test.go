@@ -154,6 +154,11 @@ func testDeferAverageWithCompression(t *testing.T, c Compression) {
 	if _, err := hs[0].NewReducer(ReducerOptions{Op: Sum, DeferAverage: true}); err == nil {
 		t.Error("DeferAverage with Sum accepted")
 	}
+	for _, f := range []float64{-2, math.Inf(1), math.NaN()} {
+		if _, err := hs[0].NewReducer(ReducerOptions{GradientPredivideFactor: f}); err == nil || !strings.Contains(err.Error(), "want a positive finite number") {
+			t.Errorf("predivide factor %v: %v", f, err)
+		}
+	}
 }
 
 // BF16Compression averages within bfloat16's precision, where values beyond float16's 65504

@@ -4,7 +4,10 @@
 // polynomial_decay with power 1 and end 0, replaced by init*step/warmup while step < warmup).
 package schedule
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Schedule is the learning-rate schedule of one training run. The zero value is not useful; build
 // it with New.
@@ -35,7 +38,12 @@ func New(numExamples, batchPerRank int, epochs, warmupProportion, learningRate f
 	case !(learningRate > 0):
 		return Schedule{}, fmt.Errorf("schedule: learning_rate %v must be positive", learningRate)
 	}
-	steps := int64(float64(numExamples) / float64(batchPerRank) * epochs / float64(size))
+	exact := float64(numExamples) / float64(batchPerRank) * epochs / float64(size)
+	if exact >= math.MaxInt64 { // converted, it would wrap to a negative count
+		return Schedule{}, fmt.Errorf("schedule: %d examples / (batch %d x %d ranks) x %v epochs is more steps than an int64 counts",
+			numExamples, batchPerRank, size, epochs)
+	}
+	steps := int64(exact)
 	if steps < 1 {
 		return Schedule{}, fmt.Errorf("schedule: %d examples / (batch %d x %d ranks) x %v epochs is less than one step",
 			numExamples, batchPerRank, size, epochs)

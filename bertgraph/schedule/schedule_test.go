@@ -46,6 +46,8 @@ func TestNewRejectsRunsWithoutSteps(t *testing.T) {
 		{100, 8, 1, 1, 1.5, 1e-5, "warmup_proportion"},
 		{100, 8, 1, 1, 0.1, 0, "learning_rate"},
 		{100, 0, 1, 1, 0.1, 1e-5, "batch 0"},
+		{200, 8, 1, 1e30, 0.1, 1e-5, "more steps than an int64 counts"}, // used to wrap to "less than one step"
+		{200, 8, 1, math.Inf(1), 0.1, 1e-5, "more steps than an int64 counts"},
 	} {
 		_, err := New(c.examples, c.batch, c.epochs, c.warmup, c.lr, c.size)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
