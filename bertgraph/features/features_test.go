@@ -502,6 +502,18 @@ func TestStreamMatchesSequential(t *testing.T) {
 	}
 }
 
+// A batch size far beyond the data (a whole eval set as one batch, whatever its size) costs
+// what the examples do: the batch holds them alone, and no buffer of the flag's size is made
+// (one of 2^40 examples used to crash the stream's goroutine).
+func TestStreamBatchBeyondTheData(t *testing.T) {
+	c := newConv(t, 6)
+	exs := []InputExample{{GUID: "a", TextA: "a", Label: "neg"}, {GUID: "b", TextA: "b", Label: "pos"}}
+	got := drainStream(t, c.Stream(&SliceSource{Examples: exs}, StreamOptions{BatchSize: 1 << 40}))
+	if len(got) != 1 || got[0].BatchSize != 2 || got[0].NumReal() != 2 {
+		t.Fatalf("%d batches, want one of 2 examples", len(got))
+	}
+}
+
 type failingSource struct{ n int }
 
 func (f *failingSource) Next() (InputExample, error) {

@@ -85,7 +85,9 @@ func (c *Converter) Stream(src Source, opts StreamOptions) *Stream {
 		defer close(s.futures)
 		defer close(jobs)
 		for {
-			examples := make([]InputExample, 0, opts.BatchSize)
+			// Grown as examples come: a batch size far beyond the data (a whole eval set in
+			// one batch) costs what the examples do, not what the flag says.
+			examples := make([]InputExample, 0, min(opts.BatchSize, 1024))
 			var srcErr error
 			for len(examples) < opts.BatchSize {
 				ex, err := src.Next()

@@ -473,8 +473,17 @@ func (c *Config) check() error {
 			bad("--%s %v must be a finite positive number (at most %g, float32's largest)", name, v, math.MaxFloat32)
 		}
 	}
+	// A batch's features are allocated in full before the model sees them (three int32s a
+	// token): a batch size past this bound would end the process out of memory, not in an error.
+	batchTokens := func(name string, v int) {
+		positive(name, v)
+		if tokens := int64(v) * int64(max(1, c.MaxSeqLength)); tokens > math.MaxInt32 {
+			bad("--%s %d x --max_seq_length %d is %d tokens in one batch, more than 2^31-1 (%.0f GB of features alone)",
+				name, v, c.MaxSeqLength, tokens, float64(tokens)*12/1e9)
+		}
+	}
 	if c.DoTrain {
-		positive("train_batch_size", c.TrainBatchSize)
+		batchTokens("train_batch_size", c.TrainBatchSize)
 		finitePositive("learning_rate", c.LearningRate)
 		finitePositive("num_train_epochs", c.NumTrainEpochs)
 		finitePositive("clip_norm", c.ClipNorm)
@@ -483,10 +492,10 @@ func (c *Config) check() error {
 		}
 	}
 	if c.DoEval {
-		positive("eval_batch_size", c.EvalBatchSize)
+		batchTokens("eval_batch_size", c.EvalBatchSize)
 	}
 	if c.DoPredict {
-		positive("predict_batch_size", c.PredictBatchSize)
+		batchTokens("predict_batch_size", c.PredictBatchSize)
 	}
 	nonNegative("save_checkpoints_steps", c.SaveCheckpointsSteps)
 	nonNegative("keep_checkpoint_max", c.KeepCheckpointMax)

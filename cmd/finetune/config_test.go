@@ -80,6 +80,10 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_train", "--clip_norm=1e39"}, "--clip_norm 1e+39 must be a finite positive number (at most 3.4028234663852886e+38"},
 		{[]string{"--do_train", "--learning_rate=1e39"}, "--learning_rate 1e+39 must be a finite positive number"},
 		{[]string{"--do_eval", "--eval_batch_size=0"}, "--eval_batch_size 0"},
+		// Beyond 2^31-1 tokens a batch: the features' allocation would end the process.
+		{[]string{"--do_eval", "--eval_batch_size=100000000000"}, "--eval_batch_size 100000000000 x --max_seq_length 128 is 12800000000000 tokens in one batch, more than 2^31-1"},
+		{[]string{"--do_train", "--train_batch_size=16777216"}, "--train_batch_size 16777216 x --max_seq_length 128 is 2147483648 tokens"},
+		{[]string{"--do_predict", "--max_seq_length=64", "--predict_batch_size=40000000"}, "--predict_batch_size 40000000 x --max_seq_length 64"},
 		{[]string{"--do_predict", "--max_seq_length=2"}, "--max_seq_length 2"},
 		{[]string{"--do_train", "--keep_checkpoint_max=-1"}, "--keep_checkpoint_max -1"},
 		{[]string{"--do_train", "--keep_tail_tokens=-1"}, "--keep_tail_tokens -1: want 0 to max_seq_length-2 = 126"},
