@@ -357,6 +357,13 @@ func (c *Comm) BroadcastWhile(buf []byte, root int, during func()) error {
 		return err
 	}
 	var errs []error
+	// MPI holds buf between MPI_Ibcast's return and the wait, while during runs Go code: cgo's
+	// rules ask for the memory to be pinned for that long (a no-op for memory outside Go's heap).
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	if len(buf) > 0 {
+		pin.Pin(&buf[0])
+	}
 	err := c.Do(func() {
 		var reqs []unsafe.Pointer
 		for off := 0; off < len(buf); {

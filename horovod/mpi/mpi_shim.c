@@ -282,8 +282,11 @@ int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *
 	__atomic_add_fetch(&rounds, 1, __ATOMIC_RELAXED);
 	for (int r = 0; r < world_size; r++) __atomic_store_n(&reached[r], r == world_rank, __ATOMIC_RELEASE);
 	__atomic_store_n(&tracking, 1, __ATOMIC_RELEASE);
-	if ((err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world, &req)) != MPI_SUCCESS) return err;
-	return wait_round(&req, sleep);
+	err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world, &req);
+	if (err == MPI_SUCCESS) err = wait_round(&req, sleep);
+	// A round that failed is over too: its roll call must not read as one in progress.
+	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
+	return err;
 }
 
 int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, const int *counts, const int *displs) {
@@ -297,7 +300,7 @@ void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called) {
 
 int hvd_mpi_tracking(void) { return __atomic_load_n(&tracking, __ATOMIC_ACQUIRE); }
 
-int hvd_mpi_reached(int rank) { return __atomic_load_n(&reached[rank], __ATOMIC_ACQUIRE); }
+int hvd_mpi_reached(int rank) { return reached == NULL ? 0 : __atomic_load_n(&reached[rank], __ATOMIC_ACQUIRE); }
 
 int hvd_mpi_barrier(void) { return MPI_Barrier(world); }
 
@@ -312,6 +315,7 @@ int hvd_mpi_finalize(void) {
 	MPI_Type_free(&half_type);
 	MPI_Type_free(&bf16_type);
 	MPI_Comm_free(&world);
+	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
 	free(reached);
 	free(notes);
 	free(note_from);
