@@ -19,6 +19,7 @@ static TF_Tensor* gorovod_new_strings(const int64_t* dims, int num_dims, int64_t
 	size_t len = (size_t)n * sizeof(TF_TString);
 	// 64 is EIGEN_MAX_ALIGN_BYTES; aligned_alloc needs a multiple of the alignment.
 	TF_TString* s = aligned_alloc(64, len == 0 ? 64 : (len + 63) / 64 * 64);
+	if (s == NULL) return NULL;
 	for (int64_t i = 0; i < n; i++) TF_StringInit(&s[i]);
 	return TF_NewTensor(TF_STRING, dims, num_dims, s, len, gorovod_free_strings, NULL);
 }
@@ -215,6 +216,9 @@ func NewStringTensor(values []string, shape ...int64) (*Tensor, error) {
 		return nil, err
 	}
 	c := C.gorovod_new_strings(dimsPtr(shape), C.int(len(shape)), C.int64_t(len(values)))
+	if c == nil {
+		return nil, fmt.Errorf("tf: no memory for a string tensor of %d elements (%d bytes of headers)", len(values), len(values)*C.sizeof_TF_TString)
+	}
 	elems := data[C.TF_TString](c, len(values))
 	for i, s := range values {
 		C.TF_StringCopy(&elems[i], (*C.char)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s)))
