@@ -39,6 +39,10 @@ const (
 	// with mpirun's mpi_yield_when_idle). Every other collective is MPI's blocking call: horovod
 	// issues them once negotiation has established that every rank is there.
 	envMPIWait = "GOROVOD_MPI_WAIT"
+
+	// dynamicTimeline is HOROVOD_TIMELINE's value for a timeline started later by a call
+	// (Horovod's hvd.start_timeline), which horovod does not have.
+	dynamicTimeline = "DYNAMIC"
 )
 
 var horovodVariables = map[string]bool{
@@ -74,6 +78,11 @@ func ReadSettings(lookup func(string) (string, bool)) (Settings, error) {
 		StallCheck:      DefaultStallCheckTime,
 	}
 	s.Timeline, _ = lookup(envTimeline)
+	if s.Timeline == dynamicTimeline {
+		// Horovod's value for a timeline that hvd.start_timeline starts later; until then none
+		// is written. There is no such call here: no timeline, rather than a file named DYNAMIC.
+		s.Timeline = ""
+	}
 	var err error
 	intVar := func(name string, dst *int) {
 		if v, ok := lookup(name); ok && err == nil {

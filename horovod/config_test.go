@@ -133,6 +133,8 @@ func TestReadSettings(t *testing.T) {
 		{map[string]string{"HOROVOD_CYCLE_TIME": "3.5"}, func(s *Settings) { s.CycleTime = 3500 * time.Microsecond }},
 		{map[string]string{"HOROVOD_CACHE_CAPACITY": "0"}, func(s *Settings) { s.CacheCapacity = 0 }},
 		{map[string]string{"HOROVOD_TIMELINE": "/t/tl.json"}, func(s *Settings) { s.Timeline = "/t/tl.json" }},
+		// Horovod's "started later by hvd.start_timeline": none until then, not a file named DYNAMIC.
+		{map[string]string{"HOROVOD_TIMELINE": "DYNAMIC"}, func(*Settings) {}},
 		{map[string]string{"HOROVOD_STALL_CHECK_TIME_SECONDS": "0.25", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120"},
 			func(s *Settings) { s.StallCheck, s.StallShutdown = 250*time.Millisecond, 2*time.Minute }},
 		{map[string]string{"GOROVOD_MPI_WAIT": "spin"}, func(s *Settings) { s.MPIWait = backend.WaitSpin }},
