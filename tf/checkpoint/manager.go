@@ -563,11 +563,12 @@ func readState(path string) (state, error) {
 		if !found {
 			return state{}, fmt.Errorf("checkpoint: %s:%d: no `field: value` in %q", path, line, text)
 		}
-		value = strings.TrimSpace(value)
+		// Text format allows blanks before the colon (TensorFlow reads "field : value").
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 		bad := func(err error) error {
 			return fmt.Errorf("checkpoint: %s:%d: bad value of %s: %v", path, line, key, err)
 		}
-		switch strings.TrimSpace(key) {
+		switch key {
 		case "model_checkpoint_path", "all_model_checkpoint_paths":
 			s, err := unquoteText(value)
 			if err != nil {

@@ -411,6 +411,31 @@ with tf.compat.v1.Session() as s:
 	}
 }
 
+// A state file edited by hand with blanks before the colons, which TensorFlow's text format
+// reads (tf.train.get_checkpoint_state), reads alike here: each field where it belongs, where
+// "model_checkpoint_path :" used to count as another of all_model_checkpoint_paths.
+func TestStateFileWithBlanksBeforeColons(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"model.ckpt-1.index", "model.ckpt-1.data-00000-of-00001", "model.ckpt-2.index", "model.ckpt-2.data-00000-of-00001"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := "model_checkpoint_path : \"model.ckpt-1\"\nall_model_checkpoint_paths :\"model.ckpt-1\"\nall_model_checkpoint_paths: \"model.ckpt-2\"\n" +
+		"all_model_checkpoint_timestamps : 5\nall_model_checkpoint_timestamps: 6\nlast_preserved_timestamp  :  7\n"
+	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := readState(filepath.Join(dir, StateFile))
+	if err != nil || st.latest != "model.ckpt-1" || !slices.Equal(st.all, []string{"model.ckpt-1", "model.ckpt-2"}) ||
+		!slices.Equal(st.timestamps, []float64{5, 6}) || st.lastPreserved != 7 {
+		t.Errorf("read %+v, %v", st, err)
+	}
+	if prefix, err := ResolvePrefix(dir); err != nil || prefix != filepath.Join(dir, "model.ckpt-1") {
+		t.Errorf("ResolvePrefix: %q %v", prefix, err)
+	}
+}
+
 // copyFrom is a SaveFunc that copies the single-shard checkpoint src under the new prefix.
 func copyFrom(src string) SaveFunc {
 	return func(prefix string) error {
