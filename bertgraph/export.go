@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/bertgraph/tokenizer"
 	"github.com/gorovod/gorovod/tf"
+	"golang.org/x/sys/unix"
 )
 
 // ExportServing writes the model's current weights as a serving SavedModel in dir (replaced if
@@ -94,8 +95,19 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	if _, err := serving.Save(filepath.Join(staging, "variables", "variables")); err != nil {
 		return fmt.Errorf("bertgraph: export serving: %w", err)
 	}
-	// The previous export moves aside into tmp (removed with it) rather than being deleted
-	// first: should the new one fail to move into place, the previous one goes back.
+	// The new export takes the previous one's place in one step where the filesystem can swap
+	// two directories (renameat2's RENAME_EXCHANGE): a reader of dir (a model server polling it)
+	// sees one export or the other, never none, and a kill leaves one in place. The previous
+	// export, now at staging, goes with tmp.
+	switch err := unix.Renameat2(unix.AT_FDCWD, staging, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS):
+		return fmt.Errorf("bertgraph: export serving: swapping %s for the previous export: %w", dir, err)
+	}
+	// No previous export (ENOENT), or a filesystem without the swap: the previous export moves
+	// aside into tmp (removed with it) rather than being deleted first, and should the new one
+	// fail to move into place, the previous one goes back.
 	previous := filepath.Join(tmp, "previous")
 	if err := os.Rename(dir, previous); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("bertgraph: export serving: %w", err)

@@ -2,7 +2,9 @@ package bertgraph
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -179,9 +181,20 @@ func TestExportedServingModelPredictsLikeGo(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "outputs['probabilities']") || !strings.Contains(string(out), "inputs['input_ids']") {
 		t.Errorf("saved_model_cli show: %v\n%s", err, out)
 	}
-	// A second export over the first replaces it.
+	// A second export over the first replaces it (swapped in: the first, marked, goes whole) and
+	// leaves nothing beside it.
+	marker := filepath.Join(export, "first-export")
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.ExportServing(export, ExportOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the first export's file is still there after the second export: %v", err)
+	}
+	if debris, _ := filepath.Glob(filepath.Join(filepath.Dir(export), ".*.export-*")); debris != nil {
+		t.Errorf("staging left beside the export: %v", debris)
 	}
 
 	t.Run("Classifier", func(t *testing.T) { testClassifier(t, export, m) })
