@@ -92,12 +92,16 @@ def _restore(prefix, state):
     """Reads every (name, variable) of ``state`` from the checkpoint ``prefix`` and assigns it.
     One RestoreV2 reads all the values, checking each stored name, dtype and shape against the
     variable's (its error names the tensor), before any assignment: a checkpoint that does not fit
-    changes nothing.  (A scalar's slice spec carries no shape: a stored global_step of another
-    shape is refused by the assignment instead.)"""
+    changes nothing.  A scalar's slice spec carries no shape: each value's shape is checked again,
+    by an op named after its tensor, and every assignment waits for all the checks, so that a
+    stored global_step of another shape is refused before anything is assigned too."""
     values = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[n for n, _ in state],
                                   shape_and_slices=[_full_slice(v.shape) for _, v in state],
                                   dtypes=[v.dtype for _, v in state])
-    return [var.assign(value, read_value=False) for (_, var), value in zip(state, values)]
+    checked = [tf.ensure_shape(value, var.shape, name=f"restore_{name.replace('/', '_')}")
+               for (name, var), value in zip(state, values)]
+    with tf.control_dependencies(checked):
+        return [var.assign(tf.identity(value), read_value=False) for (_, var), value in zip(state, checked)]
 
 
 def build(config, num_labels, max_seq_length, dropout=True, seed=0):

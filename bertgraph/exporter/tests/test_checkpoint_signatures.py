@@ -180,9 +180,13 @@ def test_restore_refuses_what_does_not_fit_and_changes_nothing(model_dir, tmp_pa
     wrong_dtype = dict(good, global_step=np.float32(1))
     # output_bias comes after most variables in the checkpoint's (sorted) order.
     wrong_shape = dict(good, output_bias=np.zeros([LABELS + 1], np.float32))
+    # A scalar's slice spec carries no shape: global_step of shape [1] used to be refused only
+    # by its own assignment, after the others had run.
+    wrong_scalar = dict(good, global_step=np.array([1], np.int64))
     for case, values, want in (("missing", missing, "output_bias/adam_v"),
                                ("dtype", wrong_dtype, "global_step"),
-                               ("shape", wrong_shape, "tensor_name = output_bias; shape")):
+                               ("shape", wrong_shape, "tensor_name = output_bias; shape"),
+                               ("scalar shape", wrong_scalar, "restore_global_step")):
         prefix = checkpoint.write(str(tmp_path / f"{case}.ckpt"), values)
         with pytest.raises(tf.errors.OpError, match=want):
             _restore(m, prefix)
