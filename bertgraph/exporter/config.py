@@ -40,9 +40,16 @@ class BertConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not in [0, 1)")
+        # The truncated normal's stddev for the weights no checkpoint covers (the classifier's):
+        # NaN (which Python's json reads) would start them as NaN, and every step would be
+        # skipped as not finite.
+        if not 0 < self.initializer_range < float("inf"):
+            raise ValueError(f"initializer_range {self.initializer_range!r} is not a positive finite number")
 
     @classmethod
     def from_dict(cls, d):
+        if not isinstance(d, dict):
+            raise ValueError(f"a BERT config is a JSON object of fields, not {type(d).__name__} {d!r:.60}")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

@@ -83,16 +83,33 @@ def google_name(hf_name):
     return f"bert/encoder/layer_{layer}/{part}/{leaf}", transpose
 
 
+# HF BertConfig's defaults, for the fields a config.json may leave out: where they differ from
+# Google's BertConfig (type_vocab_size 2, not 16), the model HF builds from the file has HF's.
+HF_BERT_DEFAULTS = {
+    "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+    "initializer_range": 0.02, "layer_norm_eps": 1e-12,
+}
+
+# HF's names of the tanh approximation of gelu (Google's "gelu"; here gelu_tanh).
+_HF_GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")
+
+
 def bert_config_from_hf(hf):
     """The Google bert_config of an HF BertConfig dict."""
+    if not isinstance(hf, dict):
+        raise ValueError(f"an HF config is a JSON object of fields, not {type(hf).__name__}")
+    hf = {**HF_BERT_DEFAULTS, **hf}
     if hf.get("model_type", "bert") != "bert":
         raise ValueError(f"model_type {hf.get('model_type')!r} is not bert")
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError("only absolute position embeddings are supported")
-    if abs(hf.get("layer_norm_eps", 1e-12) - 1e-12) > 1e-15:
-        raise ValueError(f"layer_norm_eps {hf['layer_norm_eps']} != 1e-12 (Google BERT's)")
-    return BertConfig.from_dict({**hf, "hidden_act": {"gelu_new": "gelu_tanh"}.get(
-        hf.get("hidden_act", "gelu"), hf.get("hidden_act", "gelu"))})
+    eps = hf["layer_norm_eps"]
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or abs(eps - 1e-12) > 1e-15:
+        raise ValueError(f"layer_norm_eps {eps!r} != 1e-12 (Google BERT's)")
+    act = hf["hidden_act"]
+    return BertConfig.from_dict({**hf, "hidden_act": "gelu_tanh" if act in _HF_GELU_TANH else act})
 
 
 def convert_weights(tensors, config):
@@ -153,7 +170,10 @@ def convert(hf_dir, out_dir, log=lambda s: print(s, file=sys.stderr)):
         if not (hf_dir / name).is_file():
             raise ValueError(f"--hf_dir {hf_dir} has no {name}")
     outdir.check(out_dir, "bert_model.ckpt.index", "a converted model")
-    config = bert_config_from_hf(json.loads((hf_dir / "config.json").read_text()))
+    try:
+        config = bert_config_from_hf(json.loads((hf_dir / "config.json").read_text()))
+    except (json.JSONDecodeError, ValueError) as e:
+        raise ValueError(f"{hf_dir / 'config.json'}: {e}") from e
     try:
         hf_weights = load_file(str(hf_dir / "model.safetensors"))
     except SafetensorError as e:  # a truncated or corrupted file: safetensors names none

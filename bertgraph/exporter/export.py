@@ -323,7 +323,11 @@ def export(out_dir, config, num_labels, max_seq_length, vocab_file, init_checkpo
     if init_checkpoint:
         # A checkpoint's .index or .data file names its prefix, as in finetune.
         prefix = re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(init_checkpoint))
-        values = checkpoint.read(prefix)
+        try:
+            values = checkpoint.read(prefix)
+        except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:  # no checkpoint, or a damaged one
+            raise ValueError(f"--init_checkpoint {init_checkpoint}: cannot read a checkpoint at {prefix}: "
+                             f"{e.message.splitlines()[0]}") from e
         assigned = set(model.load_values(values))
         if not any(n.startswith("bert/") for n in assigned):
             raise ValueError(f"--init_checkpoint {init_checkpoint} initialises none of the model's "

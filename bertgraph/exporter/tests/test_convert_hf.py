@@ -130,3 +130,32 @@ def test_truncated_weights_file_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         convert_hf.main(["--hf_dir", str(tmp_path), "--out", str(tmp_path / "out")])
     assert f"{tmp_path / 'model.safetensors'}: " in capsys.readouterr().err
+
+
+def test_hf_config_defaults_and_bad_configs(tmp_path, capsys):
+    minilm = json.loads((HF_DIR / "config.json").read_text())
+    # A field config.json leaves out takes HF's default, as the model HF builds from it has:
+    # type_vocab_size 2 (Google's BertConfig says 16). HF's name of tanh-gelu reads as gelu_tanh.
+    lean = {k: v for k, v in minilm.items() if k != "type_vocab_size"}
+    assert convert_hf.bert_config_from_hf(lean).type_vocab_size == 2
+    assert convert_hf.bert_config_from_hf(dict(minilm, hidden_act="gelu_pytorch_tanh")).hidden_act == "gelu_tanh"
+    for bad, want in (([1, 2], "JSON object"), (dict(minilm, layer_norm_eps=None), "layer_norm_eps None"),
+                      (dict(minilm, initializer_range=float("nan")), "initializer_range nan")):
+        with pytest.raises(ValueError, match=want):
+            convert_hf.bert_config_from_hf(bad)
+    # From the command line: one line naming the file, no traceback.
+    for name in ("model.safetensors", "vocab.txt"):
+        (tmp_path / name).symlink_to(HF_DIR / name)
+    for text in ("[1, 2]", "{bad json", json.dumps(dict(minilm, layer_norm_eps=None))):
+        (tmp_path / "config.json").write_text(text)
+        with pytest.raises(SystemExit):
+            convert_hf.main(["--hf_dir", str(tmp_path), "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert err.startswith(f"convert_hf: {tmp_path / 'config.json'}: ") and "Traceback" not in err, err
+
+
+def test_bert_config_file_that_is_not_an_object(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=f"{path}: a BERT config is a JSON object of fields, not list"):
+        BertConfig.from_json_file(path)

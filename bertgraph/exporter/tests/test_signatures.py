@@ -331,3 +331,9 @@ def test_init_checkpoint_is_baked_in(tmp_path):
     assert not np.array_equal(got["bert/pooler/dense/kernel"], donor.var("bert/pooler/dense/kernel"))
     assert sum("*INIT_FROM_CKPT*" in line for line in log) == len(values)
     assert any("bert/pooler/dense/kernel" in line and "INIT" not in line for line in log)
+
+
+def test_missing_init_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "bert_model.ckpt"
+    with pytest.raises(ValueError, match=f"--init_checkpoint {missing}: cannot read a checkpoint at {missing}: "):
+        export.export_tiny(tmp_path / "m", 2, SEQ, init_checkpoint=str(missing), log=lambda s: None)
