@@ -36,8 +36,11 @@ def main():
     ap.add_argument("--compute", default="MiniLM=0.012,BERT-base=0.045",
                     help="seconds of forward and backward per step per GPU, by model (assumed)")
     a = ap.parse_args()
-    compute = {k: float(v) for k, v in (kv.split("=") for kv in a.compute.split(","))}
     ranks = [8, 16, 32, 64, 128, 256]
+    # The NVLink rows put g ranks on each node: whole nodes only.
+    if a.gpus_per_node < 1 or any(p % a.gpus_per_node for p in ranks):
+        ap.error(f"--gpus-per-node {a.gpus_per_node}: want one that divides every rank count {ranks} (1, 2, 4 or 8)")
+    compute = {k: float(v) for k, v in (kv.split("=") for kv in a.compute.split(","))}
     for model, n in MODELS.items():
         tc = compute[model]
         print(f"\n{model}: {n / 1e6:.1f} MB of float32 gradients, {tc * 1e3:.0f} ms of compute per step (assumed)")
