@@ -121,7 +121,9 @@ func (m *Model) ExportServing(dir string, opts ExportOptions) (err error) {
 	return nil
 }
 
-// removeStaleExports removes the staging directories whose path starts with prefix.
+// removeStaleExports removes the staging directories of prefix: prefix and the digits
+// os.MkdirTemp appends, nothing else (the staging of an export into a sibling named like
+// "<base>.export-x" starts with prefix too, and is that export's).
 func removeStaleExports(prefix string) error {
 	entries, err := os.ReadDir(filepath.Dir(prefix))
 	if err != nil {
@@ -129,8 +131,9 @@ func removeStaleExports(prefix string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if p := filepath.Join(filepath.Dir(prefix), e.Name()); e.IsDir() && strings.HasPrefix(p, prefix) {
-			errs = append(errs, os.RemoveAll(p))
+		suffix, ok := strings.CutPrefix(e.Name(), filepath.Base(prefix))
+		if e.IsDir() && ok && suffix != "" && strings.Trim(suffix, "0123456789") == "" {
+			errs = append(errs, os.RemoveAll(filepath.Join(filepath.Dir(prefix), e.Name())))
 		}
 	}
 	return errors.Join(errs...)

@@ -214,11 +214,16 @@ func TestExportServingCarriesHeadTailTruncation(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(stale, "model", "variables"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The staging of an export into a sibling named serving.export-x is that export's: it stays.
+	sibling := filepath.Join(filepath.Dir(export), ".serving.export-x.export-678")
+	if err := os.MkdirAll(sibling, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.ExportServing(export, ExportOptions{KeepTailTokens: tail}); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(export), ".*")); left != nil {
-		t.Errorf("left beside the export: %v", left)
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(export), ".*")); !slices.Equal(left, []string{sibling}) {
+		t.Errorf("left beside the export: %v, want only the sibling's staging %s", left, sibling)
 	}
 	if c, err := ReadContract(export); err != nil || c.KeepTailTokens != tail {
 		t.Fatalf("exported contract: keep_tail_tokens %v, %v; want %d", c, err, tail)
