@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,5 +40,33 @@ func TestGradientsInNCCLPinnedMemory(t *testing.T) {
 	// computes the same; only where the gradients live differs (and a one-rank sum is the identity).
 	if got[0].MaxLossDiff != 0 || got[0].MaxWeightDiff != 0 {
 		t.Errorf("NCCL with the gradients in pinned memory differs from MPI: losses by %g, variables by %g (want identical)", got[0].MaxLossDiff, got[0].MaxWeightDiff)
+	}
+}
+
+// With more than one rank the word embeddings' gradient travels as the rows the batches looked
+// up (allgathered, then added into the dense gradient); --sparse_as_dense allreduces it whole.
+// Both must train alike, to the bit at 2 ranks: the ranks compute the same in both runs, the
+// rows nobody looked up are zero either way, and each looked-up row ends as rank 0's value plus
+// rank 1's (two addends: the same sum in any order), as the dense allreduce's sum is.
+func TestWordEmbeddingRowsTrainAsTheDenseAllreduce(t *testing.T) {
+	model := tinyModel(t, false)
+	data := t.TempDir()
+	writeData(t, data, 24, 4, 4)
+	common := []string{"--do_train", "--num_train_epochs=1", "--train_batch_size=4", "--learning_rate=2e-3", "--warmup_proportion=0",
+		"--shuffle_buffer=0", "--save_checkpoints_steps=0", "--export_dir=none", "--seed=3"}
+	const rows = "the word embeddings' gradient"
+	var runs []string
+	for _, dense := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), fmt.Sprint("dense-", dense))
+		out := mustSucceed(t, mpirun(t, 2, tinyFlags(model, data, dir, append(common, fmt.Sprint("--sparse_as_dense=", dense))...)...))
+		if strings.Contains(out, rows) == dense {
+			t.Fatalf("--sparse_as_dense=%v: want %q logged only without it:\n%s", dense, rows, out)
+		}
+		runs = append(runs, dir)
+	}
+	got := diffRuns(t, runs...)[0]
+	if got.Steps != 3 || got.MaxLossDiff != 0 || got.MaxWeightDiff != 0 {
+		t.Errorf("rows against the dense allreduce over %d steps: losses differ by %g, variables by %g (want 3 steps, identical)",
+			got.Steps, got.MaxLossDiff, got.MaxWeightDiff)
 	}
 }
