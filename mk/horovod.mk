@@ -105,7 +105,8 @@ bench-network: debs
 	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
 	$(ROOT)/scripts/fake-nodes/bench-network.sh $(HVD_BUILD)/bench
 
-network-faults: debs tflib $(TINY_MODEL_DIR)/.stamp $(IMDB_DIR)/.stamp
+# The tiny model's stamp by its path: mk/model.mk, which names it, is read after this file.
+network-faults: debs tflib $(CACHE)/model/tiny/.stamp $(IMDB_DIR)/.stamp
 	command -v nft >/dev/null || $(MAKE) --no-print-directory debs DEBS=nftables
 	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/finetune ./cmd/finetune
 	PYTHON=$(PY) $(ROOT)/scripts/fake-nodes/faults.sh $(HVD_BUILD)/finetune $(CACHE)/model/tiny $(CACHE)/data/imdb $(HVD_BUILD)/faults

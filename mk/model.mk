@@ -59,7 +59,7 @@ FORCE:
 
 # Go vs Python on the same signatures, same threads, batch 32; prints go/python and peak RSS.
 BENCH_TARGETS += bench-model
-bench-model: model
+bench-model: model tflib
 	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply/tiny' -benchtime 20x ./bertgraph/
 	TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -run '^$$' -bench 'BenchmarkTrainApply/imdb_minilm' -benchtime 4x ./bertgraph/
 

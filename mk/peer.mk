@@ -34,13 +34,15 @@ PEER_FINETUNE_REPEATS ?= 1
 peer-horovod: $(PEER_VENV)/.stamp
 
 # Horovod's setup.py imports TensorFlow at build time, so it builds without isolation in a
-# virtualenv that already holds TensorFlow; cmake and a C++ compiler come from Debian.
+# virtualenv that already holds TensorFlow; cmake and a C++ compiler come from Debian. A
+# virtualenv whose creation was cut short (Debian links its python before ensurepip runs) has
+# no pip: it is made again.
 $(PEER_VENV)/.stamp: | debs
 	@command -v cmake >/dev/null && command -v g++ >/dev/null || { \
 	  echo "make peer-horovod: cmake and g++ are needed to build Horovod"; \
 	  echo "  hint: apt-get install cmake g++"; exit 1; }
 	@mkdir -p $(PEER_DIR)
-	test -x $(PEER_PY) || python3 -m venv $(PEER_VENV)
+	$(PEER_PY) -m pip --version >/dev/null 2>&1 || python3 -m venv --clear $(PEER_VENV)
 	$(PEER_PY) -m pip install -q --disable-pip-version-check 'tensorflow-cpu==$(PEER_TF_VERSION)' 'wheel' 'setuptools<70' 'cloudpickle' 'psutil' 'pyyaml' 'packaging'
 	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
 	  HOROVOD_WITHOUT_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI MAKEFLAGS=-j2 \
