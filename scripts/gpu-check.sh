@@ -77,7 +77,7 @@ cd "$(dirname "$0")/.." || fail_early "cannot enter the checkout"
 root=$PWD
 export GOROVOD_REQUIRE_GPU=1
 GO=${GO:-go}
-log=$(mktemp -d /tmp/gpu-check.XXXXXX) || fail_early "cannot make a log directory"
+log=$(mktemp -d -t gpu-check.XXXXXX) || fail_early "cannot make a log directory"
 start=$SECONDS
 failed=()
 notes=()
