@@ -16,6 +16,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
@@ -59,6 +60,18 @@ type keepOpen struct{ *mpi.Comm }
 
 func (keepOpen) Close() error { return nil }
 
+// ones is n bytes of float32 ones: the inputs of every row, written before they are timed. Memory
+// Go has allocated and nothing has written reads from the kernel's shared zero page, which stays
+// in cache, and would make a collective that only reads it look faster than one over real memory
+// (see parallel's BenchmarkCopy); ones keep the sums finite and away from subnormals.
+func ones(n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i+4 <= n; i += 4 {
+		binary.LittleEndian.PutUint32(b[i:], math.Float32bits(1))
+	}
+	return b
+}
+
 // measurement is one row: a horovod figure and the raw MPI figure it is compared with.
 type measurement struct {
 	what, target string
@@ -77,7 +90,7 @@ func rawAllreduce(size int, inPlace, average bool, iters *int) func() (float64, 
 // rawAllreduceIn is rawAllreduce as MPI_Allreduce calls of at most chunk bytes (0: one call).
 func rawAllreduceIn(chunk, size int, inPlace, average bool, iters *int) func() (float64, error) {
 	return func() (float64, error) {
-		send, recv := make([]byte, size), make([]byte, size)
+		send, recv := ones(size), make([]byte, size)
 		if inPlace {
 			send = recv
 		}
@@ -113,16 +126,16 @@ func main() {
 	}
 	const big, mid, small = 64 << 20, 1 << 20, 4 << 10
 	one := func(n int) []horovod.NamedTensor {
-		return []horovod.NamedTensor{{Name: "g", Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{n / 4}, Data: make([]byte, n)}}}
+		return []horovod.NamedTensor{{Name: "g", Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{n / 4}, Data: ones(n)}}}
 	}
 	// 64 gradients of 1 MiB: sliced from one flat buffer (fused in place), and allocated one by
 	// one (copied into the fusion buffer).
-	flatBuf := make([]byte, big)
+	flatBuf := ones(big)
 	flat, scattered := make([]horovod.NamedTensor, 64), make([]horovod.NamedTensor, 64)
 	for i := range flat {
 		name := fmt.Sprintf("g%02d", i)
 		flat[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: flatBuf[i*big/64 : (i+1)*big/64]}}
-		scattered[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: make([]byte, big/64)}}
+		scattered[i] = horovod.NamedTensor{Name: name, Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: ones(big / 64)}}
 	}
 	// The same 64 gradients in the MPI backend's shared memory, as finetune's gradient buffer is
 	// when every rank runs on this machine (an allreduce over it is SHM_ALLREDUCE); Go memory
@@ -131,6 +144,7 @@ func main() {
 	if err != nil {
 		sharedBuf = make([]byte, big)
 	}
+	copy(sharedBuf, ones(big))
 	shared := make([]horovod.NamedTensor, 64)
 	for i := range shared {
 		shared[i] = horovod.NamedTensor{Name: fmt.Sprintf("g%02d", i), Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{big / 64 / 4}, Data: sharedBuf[i*big/64 : (i+1)*big/64]}}
@@ -297,7 +311,7 @@ func main() {
 
 // rawBroadcast times MPI_Bcast of size bytes from rank 0.
 func rawBroadcast(size int, iters *int) func() (float64, error) {
-	return func() (float64, error) { return rawmpi.TimeBroadcast(make([]byte, size), *batches, *iters) }
+	return func() (float64, error) { return rawmpi.TimeBroadcast(ones(size), *batches, *iters) }
 }
 
 // broadcastVariables times BroadcastVariables from rank 0 of n float32 variables of size bytes,
@@ -306,7 +320,7 @@ func broadcastVariables(n, size int, iters *int) func(*horovod.Horovod) float64 
 	vars := make([]horovod.NamedTensor, n)
 	for i := range vars {
 		vars[i] = horovod.NamedTensor{Name: fmt.Sprintf("v%04d", i),
-			Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}}
+			Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: ones(size)}}
 	}
 	return func(h *horovod.Horovod) float64 { return timeBroadcastVariables(h, vars, *iters) }
 }

@@ -76,7 +76,7 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 		// A buffer's place in physical memory alone can change a collective's time: on the
 		// family-25 AMD EPYC a 1 MiB MPI_Bcast took 60 µs from one buffer and 80-90 µs from
 		// another, in about one run in four, whichever side used it.
-		x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: make([]byte, size)}
+		x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: ones(size)}
 		out := make([]byte, size*comm.Topology().Size)
 		for _, what := range collectives {
 			var raw float64
@@ -180,7 +180,7 @@ func runPeerVariables(comm *mpi.Comm) {
 	const iters = 3
 	var raw float64
 	var err error
-	comm.Do(func() { raw, err = rawmpi.TimeBroadcast(make([]byte, size), *batches, iters) })
+	comm.Do(func() { raw, err = rawmpi.TimeBroadcast(ones(size), *batches, iters) })
 	if err != nil {
 		log.Fatal(err)
 	}
