@@ -486,8 +486,10 @@ func TestMatchesRawMPI(t *testing.T) {
 // TestLargeAllreduceInChunksMatchesOneMPICall: horovod's allreduce of a tensor longer than the
 // MPI backend's chunk gives the bytes of one MPI_Allreduce over the whole tensor (integer-valued
 // floats: exact in any order), into a new result and into a caller's Output, whichever way the
-// backend takes, counted: on one machine over shared memory in parts of SharedAllreducePart
-// (staged: the tensor is Go memory), no MPI_Allreduce; on several machines one MPI_Allreduce.
+// backend takes, counted: on one machine, Go memory shorter than StagedAllreduceMinBytes (as
+// this tensor is) goes through MPI in calls of the chunk, a longer one over shared memory in
+// parts of SharedAllreducePart (staged), with no MPI_Allreduce; on several machines one
+// MPI_Allreduce.
 func TestLargeAllreduceInChunksMatchesOneMPICall(t *testing.T) {
 	if raw == nil {
 		t.Skip("raw MPI reference needs mpirun")
@@ -495,7 +497,11 @@ func TestLargeAllreduceInChunksMatchesOneMPICall(t *testing.T) {
 	in := horovod.Tensor{DType: backend.Float32, Shape: []int{largeN}, Data: rawInput(backend.Float32, hvd.Rank(), largeN)}
 	calls, shared := uint64(1), uint64(0) // on several machines (the hostnames raw MPI gathered)
 	if len(ranksPerHost(hosts)) == 1 && hvd.Size() > 1 {
-		calls, shared = 0, uint64((len(in.Data)+mpi.SharedAllreducePart-1)/mpi.SharedAllreducePart)
+		if len(in.Data) >= mpi.StagedAllreduceMinBytes {
+			calls, shared = 0, uint64((len(in.Data)+mpi.SharedAllreducePart-1)/mpi.SharedAllreducePart)
+		} else {
+			calls = uint64((len(in.Data) + world.AllreduceChunk() - 1) / world.AllreduceChunk())
+		}
 	}
 	for _, o := range []horovod.AllreduceOptions{{Op: horovod.Sum}, {Op: horovod.Sum, Output: make([]byte, len(in.Data))}} {
 		before, sharedBefore := world.AllreduceCalls(), world.SharedAllreduces()

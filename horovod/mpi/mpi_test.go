@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 		if comm, err = Open(backend.DriverConfig{}); err != nil {
 			panic(err)
 		}
+		if comm.shm != nil {
+			// The tests stage Go memory from the shortest shared allreduce on, to cover the
+			// staged path at every length; TestStagedAllreduceFromItsThreshold checks the
+			// threshold itself.
+			comm.shm.stagedMin = SharedAllreduceMinBytes
+		}
 	}
 	code := m.Run()
 	if comm != nil {

@@ -692,3 +692,45 @@ func TestSharedAllgatherFallsBackTogether(t *testing.T) {
 		}
 	}
 }
+
+// Go memory is staged over shared memory from StagedAllreduceMinBytes on, and left to MPI below
+// it, where MPI's one copy between the processes beats copying in and out of a segment; lent
+// memory goes over shared memory from SharedAllreduceMinBytes on whatever its length. Each sum
+// is exact (small integers).
+func TestStagedAllreduceFromItsThreshold(t *testing.T) {
+	topo := needShared(t)
+	comm.shm.stagedMin = StagedAllreduceMinBytes
+	defer func() { comm.shm.stagedMin = SharedAllreduceMinBytes }()
+	for _, c := range []struct {
+		bytes      int
+		lent, want bool // lent memory; over shared memory
+	}{
+		{1 << 20, false, false},
+		{StagedAllreduceMinBytes - 64, false, false},
+		{StagedAllreduceMinBytes, false, true},
+		{1 << 20, true, true},
+	} {
+		n := c.bytes / 4
+		want := sharedSumOf(t, backend.Int32, n)
+		buf := make([]byte, len(want))
+		if c.lent {
+			mem, err := comm.AllocHost(len(want))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer comm.FreeHost(mem)
+			buf = mem
+		}
+		copy(buf, sharedValues(backend.Int32, topo.Rank, n))
+		before := comm.SharedAllreduces()
+		if err := comm.Allreduce(buf, buf, backend.Int32, backend.Sum); err != nil {
+			t.Fatal(err)
+		}
+		if shared := comm.SharedAllreduces() > before; shared != c.want || (comm.AllreducePath() == "SHM") != c.want {
+			t.Errorf("%d bytes (lent %v): over shared memory %v (path %q), want %v", c.bytes, c.lent, shared, comm.AllreducePath(), c.want)
+		}
+		if i := firstDifference(buf, want); i >= 0 {
+			t.Errorf("%d bytes (lent %v): the sum differs from the exact one from byte %d on", c.bytes, c.lent, i)
+		}
+	}
+}
