@@ -227,24 +227,15 @@ func TestNegotiationIsCached(t *testing.T) {
 func TestGroupsOfDifferentSizesFail(t *testing.T) {
 	hs, _ := job(t, 2)
 	errs := make([]error, 2)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		onEveryRank(t, hs, func(h *Horovod) error {
-			x := mustTensor(t, nil, []float32{1})
-			ts := []NamedTensor{{"p", x}, {"q", x}}
-			if h.Rank() == 1 {
-				ts = ts[:1]
-			}
-			_, errs[h.Rank()] = h.GroupedAllreduce(ts, AllreduceOptions{})
-			return nil
-		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("groups of 2 and 1 members still waiting after 10 s")
-	}
+	onEveryRankWithin(t, hs, "groups of 2 and 1 members", func(h *Horovod) error {
+		x := mustTensor(t, nil, []float32{1})
+		ts := []NamedTensor{{"p", x}, {"q", x}}
+		if h.Rank() == 1 {
+			ts = ts[:1]
+		}
+		_, errs[h.Rank()] = h.GroupedAllreduce(ts, AllreduceOptions{})
+		return nil
+	})
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "ranks grouped different tensors in group.1: rank 0: [p q]; rank 1: [p]") {
 			t.Errorf("rank %d: %v", r, err)
@@ -259,35 +250,22 @@ func TestGroupsOfDifferentSizesFail(t *testing.T) {
 // succeed on one rank and fail on the other.
 func TestAGroupFailsAsAWhole(t *testing.T) {
 	x := mustTensor(t, nil, []float32{1})
-	wait := func(t *testing.T, what string, done <-chan struct{}) {
-		t.Helper()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: still waiting after 10 s", what)
-		}
-	}
 	want := `group.1 fails as a whole: its member "q" failed: mismatched groups: group.1 on rank 0; no group on rank 1`
 
 	// Rank 1 reduces q alone and fails, as rank 0 does; then it groups p alone, its group.1.
 	hs, _ := job(t, 2)
 	errs := make([]error, 2)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		onEveryRank(t, hs, func(h *Horovod) error {
-			if h.Rank() == 0 {
-				_, errs[0] = h.GroupedAllreduce([]NamedTensor{{"p", x}, {"q", x}}, AllreduceOptions{})
-				return nil
-			}
-			if _, err := h.Allreduce("q", x, AllreduceOptions{}); err == nil {
-				return errors.New("q reduced alone against a group")
-			}
-			_, errs[1] = h.GroupedAllreduce([]NamedTensor{{"p", x}}, AllreduceOptions{})
+	onEveryRankWithin(t, hs, "a group whose member failed alone", func(h *Horovod) error {
+		if h.Rank() == 0 {
+			_, errs[0] = h.GroupedAllreduce([]NamedTensor{{"p", x}, {"q", x}}, AllreduceOptions{})
 			return nil
-		})
-	}()
-	wait(t, "a group whose member failed alone", done)
+		}
+		if _, err := h.Allreduce("q", x, AllreduceOptions{}); err == nil {
+			return errors.New("q reduced alone against a group")
+		}
+		_, errs[1] = h.GroupedAllreduce([]NamedTensor{{"p", x}}, AllreduceOptions{})
+		return nil
+	})
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "mismatched groups") {
 		t.Errorf("rank 0's group: %v", errs[0])
 	}
@@ -303,19 +281,14 @@ func TestAGroupFailsAsAWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done = make(chan struct{})
-	go func() {
-		defer close(done)
-		onEveryRank(t, hs, func(h *Horovod) error {
-			members := []NamedTensor{{"p", x}, {"q", x}}
-			if h.Rank() == 1 {
-				members = members[:1]
-			}
-			_, errs[h.Rank()] = h.GroupedAllreduce(members, AllreduceOptions{})
-			return nil
-		})
-	}()
-	wait(t, "groups beside a tensor reduced alone", done)
+	onEveryRankWithin(t, hs, "groups beside a tensor reduced alone", func(h *Horovod) error {
+		members := []NamedTensor{{"p", x}, {"q", x}}
+		if h.Rank() == 1 {
+			members = members[:1]
+		}
+		_, errs[h.Rank()] = h.GroupedAllreduce(members, AllreduceOptions{})
+		return nil
+	})
 	if _, err := q.Wait(); err == nil {
 		t.Error("q reduced alone against a group")
 	}
@@ -343,6 +316,22 @@ func TestAGroupFailsAsAWhole(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `"a": group.2 fails as a whole: its member "b" failed: mismatched shapes`) {
 			t.Errorf("rank %d's group with a member of other shapes: %v", r, err)
 		}
+	}
+}
+
+// onEveryRankWithin is onEveryRank failing the test when some rank has not returned after 10 s:
+// what these tests look for is a wait that never ends.
+func onEveryRankWithin(t *testing.T, hs []*Horovod, what string, f func(h *Horovod) error) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		onEveryRank(t, hs, f)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: still waiting after 10 s", what)
 	}
 }
 

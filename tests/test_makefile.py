@@ -142,52 +142,51 @@ def test_targets_building_the_mpi_backend_on_their_own_install_debian_packages(t
         assert "apt-get install" in p.stdout, (target, p.stdout)
 
 
-def test_venv_is_not_reinstalled_when_its_inputs_are_rewritten_unchanged(tmp_path):
-    # A git checkout of another branch and back rewrites requirements.txt as it was: the stamp's
-    # name holds its content, so nothing is due (a reinstall would also re-export every model).
+def venv_maker(tmp_path):
+    """A tree and make_venv(**env) -> (exit code, the fake python's calls): `make venv` with a
+    python that logs its arguments, fails `-c` under FAKE_GONE (an interpreter gone) and pip
+    install under FAKE_PIP_FAILS (a network error), and an npm, so that `make debs` installs
+    nothing."""
     tree = make_tree(tmp_path)
     (tree / ".venv").mkdir()
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     calls = tmp_path / "python.calls"
-    for name, body in {"python": f'echo "$@" >> {calls}', "npm": "exit 0"}.items():
+    fakes = {"python": f'echo "$@" >> {calls}\n[ "$1" = -c ] && [ -n "$FAKE_GONE" ] && exit 127\n'
+                       '[ "$3" = install ] && [ -n "$FAKE_PIP_FAILS" ] && exit 1\nexit 0',
+             "npm": "exit 0"}
+    for name, body in fakes.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
-    run = ["make", "-s", "-C", str(tree), "venv", f"PY={bin_dir / 'python'}", "DEBS="]
-    p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and "pip install" in calls.read_text(), p.stdout + p.stderr
-    calls.unlink()
-    stamp = next((tree / ".venv").glob(".stamp-*"))
-    requirements = tree / "requirements.txt"
-    requirements.write_text(requirements.read_text())
-    os.utime(requirements, (stamp.stat().st_mtime + 10,) * 2)
-    p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert not calls.exists() or "pip install" not in calls.read_text(), calls.read_text()
-
-
-def test_venv_update_that_fails_or_whose_python_is_gone_is_made_again(tmp_path):
-    # The old stamp goes before the update: one cut short leaves none to trust. A virtualenv whose
-    # python no longer runs loses its stamp, whatever the stamp's name says.
-    tree = make_tree(tmp_path)
-    (tree / ".venv").mkdir()
-    bin_dir = tmp_path / "fakebin"
-    bin_dir.mkdir()
-    calls = tmp_path / "python.calls"
-    (bin_dir / "python").write_text(
-        f'#!/bin/bash\necho "$@" >> {calls}\n'
-        '[ "$1" = -c ] && [ -n "$FAKE_GONE" ] && exit 127\n'
-        '[ "$3" = install ] && [ -n "$FAKE_PIP_FAILS" ] && exit 1\nexit 0\n')
-    (bin_dir / "python").chmod(0o755)
     run = ["make", "-s", "-C", str(tree), "venv", f"PY={bin_dir / 'python'}", "DEBS="]
 
     def make_venv(**fake):
         calls.unlink(missing_ok=True)
         env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", **fake)
         p = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
-        return p.returncode, calls.read_text() if calls.exists() else ""
+        return p.returncode, (calls.read_text() if calls.exists() else "") + p.stdout + p.stderr
 
+    return tree, make_venv
+
+
+def test_venv_is_not_reinstalled_when_its_inputs_are_rewritten_unchanged(tmp_path):
+    # A git checkout of another branch and back rewrites requirements.txt as it was: the stamp's
+    # name holds its content, so nothing is due (a reinstall would also re-export every model).
+    tree, make_venv = venv_maker(tmp_path)
+    code, log = make_venv()
+    assert code == 0 and "pip install" in log, log
+    stamp = next((tree / ".venv").glob(".stamp-*"))
+    requirements = tree / "requirements.txt"
+    requirements.write_text(requirements.read_text())
+    os.utime(requirements, (stamp.stat().st_mtime + 10,) * 2)
+    code, log = make_venv()
+    assert code == 0 and "pip install" not in log, log
+
+
+def test_venv_update_that_fails_or_whose_python_is_gone_is_made_again(tmp_path):
+    # The old stamp goes before the update: one cut short leaves none to trust. A virtualenv whose
+    # python no longer runs loses its stamp, whatever the stamp's name says.
+    tree, make_venv = venv_maker(tmp_path)
     assert make_venv()[0] == 0
     old = next((tree / ".venv").glob(".stamp-*"))
     requirements = tree / "requirements.txt"

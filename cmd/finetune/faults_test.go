@@ -179,14 +179,20 @@ func TestRanksReadingAnotherTrainFileFail(t *testing.T) {
 	data, stale, out := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "out")
 	writeData(t, data, 16, 4, 4)
 	writeData(t, stale, 12, 4, 4)
-	args := []string{"--oversubscribe", "--bind-to", "none", "-np", "1", finetuneBinary(t)}
-	args = append(args, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2")...)
-	args = append(args, ":", "-np", "1", finetuneBinary(t))
-	args = append(args, tinyFlags(model, stale, out, "--do_train", "--train_batch_size=2")...)
+	failsBeforeTraining(t, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2"),
+		tinyFlags(model, stale, out, "--do_train", "--train_batch_size=2"),
+		"error: rank(s) 1 read another training file than rank 0")
+}
+
+// failsBeforeTraining launches a job of 2 ranks, each with flags of its own (mpirun's program
+// list: rank 0's, then rank 1's), and checks that it fails with want before training.
+func failsBeforeTraining(t *testing.T, rank0, rank1 []string, want string) {
+	t.Helper()
+	args := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1", finetuneBinary(t)}, rank0...)
+	args = append(append(args, ":", "-np", "1", finetuneBinary(t)), rank1...)
 	cmd := exec.Command("mpirun", args...)
 	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
 	r := runCmd(t, cmd)
-	want := "error: rank(s) 1 read another training file than rank 0"
 	if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
 		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
 	}
@@ -201,15 +207,7 @@ func TestRanksInDifferentPrecisionsFail(t *testing.T) {
 	model := tinyModel(t, false)
 	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
 	writeData(t, data, 16, 4, 4)
-	args := []string{"--oversubscribe", "--bind-to", "none", "-np", "1", finetuneBinary(t)}
-	args = append(args, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=fp16")...)
-	args = append(args, ":", "-np", "1", finetuneBinary(t))
-	args = append(args, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=false")...)
-	cmd := exec.Command("mpirun", args...)
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
-	r := runCmd(t, cmd)
-	want := "error: the ranks compute in different precisions (rank 0 float16, rank 1 float32)"
-	if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
-		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
-	}
+	failsBeforeTraining(t, tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=fp16"),
+		tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=false"),
+		"error: the ranks compute in different precisions (rank 0 float16, rank 1 float32)")
 }
