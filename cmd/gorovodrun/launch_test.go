@@ -180,8 +180,10 @@ func TestLaunchCtrlCAtStart(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// gorovodrun catches SIGINT from before it starts mpirun.
-	for !hasChild(cmd.Process.Pid, "mpirun") {
+	// gorovodrun catches SIGINT from before it starts the job's mpirun; the `mpirun --version`
+	// it runs first, to check it is Open MPI's, comes before that (a Ctrl-C then ends gorovodrun
+	// as any command ends before it starts work), and is not the one waited for here.
+	for !hasJobMpirun(cmd.Process.Pid) {
 		if time.Since(start) > 20*time.Second {
 			t.Fatal("no mpirun after 20 s")
 		}
@@ -200,9 +202,15 @@ func TestLaunchCtrlCAtStart(t *testing.T) {
 }
 
 // hasChild reports whether process pid has a child process named name.
-func hasChild(pid int, name string) bool {
-	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(pid), "-x", name).Output()
-	return len(out) > 0
+// hasJobMpirun reports whether pid has an mpirun child that runs a job: not `mpirun --version`.
+func hasJobMpirun(pid int) bool {
+	out, _ := exec.Command("pgrep", "-a", "-P", strconv.Itoa(pid), "-x", "mpirun").Output()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line != "" && !strings.HasSuffix(line, " --version") {
+			return true
+		}
+	}
+	return false
 }
 
 // gorovodrun killed outright (kill -9) takes its job with it: mpirun gets SIGUSR2, its Ctrl-C,
