@@ -149,11 +149,8 @@ func (c *controller) answer(now time.Time) []*response {
 			remaining = append(remaining, name)
 			continue
 		}
-		resp := agree(name, e, c.size)
-		if resp.err == nil && failed != nil {
-			resp.err = &Error{Op: "allreduce", Tensor: name, Reason: failed.Error()}
-		}
-		if resp.err == nil && group != "" {
+		resp := agree(name, e, c.size) // a failed group's members fail below, with this round's
+		if resp.err == nil && failed == nil && group != "" {
 			if why := groups.mismatch(group); why != "" {
 				resp.err = &Error{Op: "allreduce", Tensor: name, Reason: why}
 			}
