@@ -754,7 +754,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{name: "", kind: kindBroadcast, dtype: Int8, root: 5},
 	}}
 	enc := m.encode(nil)
-	got, err := decodeMessage(enc)
+	got, err := decodeMessage(enc, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -767,7 +767,7 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Fatalf("cache bits %v", ids)
 	}
 	for n := range len(enc) {
-		if _, err := decodeMessage(enc[:n]); err == nil {
+		if _, err := decodeMessage(enc[:n], 8); err == nil {
 			t.Fatalf("a message truncated to %d of %d bytes decoded", n, len(enc))
 		}
 	}

@@ -41,7 +41,7 @@ func exchange(allgatherv func(send, recv []byte, counts []int) error, rank, size
 	for r, n := range lens {
 		body := append(slots[r*slotSize+4:r*slotSize+4+n-rest[r]:r*slotSize+4+n-rest[r]], tail[:rest[r]]...)
 		tail = tail[rest[r]:]
-		msg, err := decodeMessage(body)
+		msg, err := decodeMessage(body, size)
 		if err != nil {
 			return nil, fmt.Errorf("message from rank %d: %w", r, err)
 		}

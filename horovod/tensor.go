@@ -52,23 +52,32 @@ func (t Tensor) NumElements() int {
 
 // check reports a tensor whose data does not match its dtype and shape.
 func (t Tensor) check() error {
-	if !t.DType.Valid() {
-		return fmt.Errorf("invalid dtype %v", t.DType)
-	}
-	if slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }) {
-		return fmt.Errorf("negative dimension in shape %v", t.Shape)
-	}
-	if !slices.Contains(t.Shape, 0) {
-		// The product would wrap around (to 0, say, and pass for empty data).
-		for bytes, i := t.DType.Size(), 0; i < len(t.Shape); i++ {
-			if bytes > math.MaxInt/t.Shape[i] {
-				return fmt.Errorf("shape %v of %v is more bytes than an int counts", t.Shape, t.DType)
-			}
-			bytes *= t.Shape[i]
-		}
+	if err := checkShape(t.DType, t.Shape); err != nil {
+		return err
 	}
 	if want := t.NumElements() * t.DType.Size(); len(t.Data) != want {
 		return fmt.Errorf("%d bytes of data for %v%v (want %d)", len(t.Data), t.DType, t.Shape, want)
+	}
+	return nil
+}
+
+// checkShape reports a dtype or shape that describes no tensor: a rank's own tensors pass it
+// before they are announced, and a peer's announced specs before they are trusted.
+func checkShape(dt DType, shape []int) error {
+	if !dt.Valid() {
+		return fmt.Errorf("invalid dtype %v", dt)
+	}
+	if slices.ContainsFunc(shape, func(d int) bool { return d < 0 }) {
+		return fmt.Errorf("negative dimension in shape %v", shape)
+	}
+	if !slices.Contains(shape, 0) {
+		// The product would wrap around (to 0, say, and pass for empty data).
+		for bytes, i := dt.Size(), 0; i < len(shape); i++ {
+			if bytes > math.MaxInt/shape[i] {
+				return fmt.Errorf("shape %v of %v is more bytes than an int counts", shape, dt)
+			}
+			bytes *= shape[i]
+		}
 	}
 	return nil
 }

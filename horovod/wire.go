@@ -189,7 +189,10 @@ func (d *decoder) float64() float64 {
 	return math.Float64frombits(binary.LittleEndian.Uint64(b))
 }
 
-func decodeMessage(b []byte) (*message, error) {
+// decodeMessage reads a message from a rank of a job of size ranks. It refuses what no rank
+// encodes: the controller trusts the specs it returns (it indexes the ranks by a broadcast's
+// root, and sizes buffers by shapes), so a damaged message must fail the round, not panic it.
+func decodeMessage(b []byte, size int) (*message, error) {
 	d := &decoder{b: b}
 	m := &message{}
 	flags := d.uvarint()
@@ -199,6 +202,9 @@ func decodeMessage(b []byte) (*message, error) {
 	for i := uint64(0); i < groups && d.err == nil; i++ {
 		g := cachedGroup{group: string(d.take(d.uvarint())), size: int(d.uvarint())}
 		g.cached = d.take(d.uvarint())
+		if d.err == nil && g.size < 0 {
+			d.err = fmt.Errorf("group %q of %d members", g.group, uint64(g.size))
+		}
 		m.groups = append(m.groups, g)
 	}
 	n := d.uvarint()
@@ -218,12 +224,37 @@ func decodeMessage(b []byte) (*message, error) {
 		s.root = int(d.uvarint())
 		s.group = string(d.take(d.uvarint()))
 		s.groupSize = int(d.uvarint())
+		if d.err == nil {
+			d.err = s.check(size)
+		}
 		m.specs = append(m.specs, s)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%d stray bytes after a negotiation message", len(d.b))
 	}
 	return m, d.err
+}
+
+// check refuses a decoded spec that no rank of size ranks announces, naming its operation.
+func (s *spec) check(size int) error {
+	switch s.kind {
+	case kindAllreduce, kindAllgather, kindBroadcast:
+		if err := checkShape(s.dtype, s.shape); err != nil {
+			return fmt.Errorf("%v %q: %w", s.kind, s.name, err)
+		}
+	case kindBarrier: // no tensor
+	default:
+		return fmt.Errorf("%q: unknown operation %v", s.name, s.kind)
+	}
+	switch {
+	case s.op > Product:
+		return fmt.Errorf("%v %q: unknown reduce op %v", s.kind, s.name, s.op)
+	case s.root < 0 || s.root >= size:
+		return fmt.Errorf("%v %q: root rank %d outside 0..%d", s.kind, s.name, uint64(s.root), size-1)
+	case s.groupSize < 0:
+		return fmt.Errorf("%v %q: group %q of %d members", s.kind, s.name, s.group, uint64(s.groupSize))
+	}
+	return nil
 }
 
 func setBit(b []byte, i int) []byte {
