@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -93,9 +94,11 @@ func newHost(name, slots string) (host, error) {
 	if name == "" || strings.ContainsAny(name, " \t,") {
 		return host{}, fmt.Errorf("bad host name %q", name)
 	}
+	// Open MPI counts a node's slots in an int32: a larger count is misread by mpirun, and
+	// wraps around the job's total slots here.
 	n, err := strconv.Atoi(slots)
-	if err != nil || n < 1 {
-		return host{}, fmt.Errorf("slots %q: want an integer >= 1", slots)
+	if err != nil || n < 1 || n > math.MaxInt32 {
+		return host{}, fmt.Errorf("slots %q: want an integer from 1 to %d", slots, math.MaxInt32)
 	}
 	return host{name: name, slots: n}, nil
 }
