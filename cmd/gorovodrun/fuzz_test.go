@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -71,6 +72,46 @@ func FuzzParseHostfile(f *testing.F) {
 		}
 		if back, err := parseHostfile(path); err != nil || !reflect.DeepEqual(back, hosts) {
 			t.Fatalf("%s: %+v written as %q read back as %+v (%v)", from, hosts, b.String(), back, err)
+		}
+	})
+}
+
+// shellSyntax is what a shell reads in --mpi-args beyond quotes, backslashes and blanks
+// (expansions, operators, comments, and a newline's end of command), which splitWords takes
+// literally: inputs holding any are not compared with sh.
+const shellSyntax = "$`*?[]~#;&|<>(){}!\n\x00"
+
+// FuzzSplitWords: splitWords reads what shellLine writes back as the same words, and reads
+// what sh reads (where sh would expand nothing) as sh does.
+func FuzzSplitWords(f *testing.F) {
+	for _, s := range []string{
+		`--mca btl tcp,self`, `  -x  A=1  `, `-x 'A=a b' -x "B=c d"`, `a'b'"c"d`, `"x\"y" 'p\q' r\ s`,
+		`"\\ \a"`, `''`, `"" x`, "tab\tsep", `--map-by ppr:6:node`, `'open`, `"open`, `trailing\`,
+	} {
+		f.Add(s)
+	}
+	sh, _ := exec.LookPath("sh")
+	f.Fuzz(func(t *testing.T, s string) {
+		words, err := splitWords(s)
+		if err != nil {
+			return
+		}
+		if back, err := splitWords(shellLine(words)); err != nil || !reflect.DeepEqual(back, words) {
+			t.Fatalf("splitWords(%q) = %q, written as %s and read back as %q (%v)", s, words, shellLine(words), back, err)
+		}
+		if sh == "" || strings.ContainsAny(s, shellSyntax) {
+			return
+		}
+		out, err := exec.Command(sh, "-c", `eval "set -- $1"; for w in "$@"; do printf '%s\0' "$w"; done`, "sh", s).Output()
+		if err != nil {
+			t.Fatalf("sh reading %q: %v", s, err)
+		}
+		var want []string
+		if len(out) > 0 {
+			want = strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+		}
+		if !reflect.DeepEqual(words, want) {
+			t.Fatalf("splitWords(%q) = %q, sh reads %q", s, words, want)
 		}
 	})
 }
