@@ -274,7 +274,11 @@ func StepOf(prefix string) (int64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("checkpoint: %s does not end in -<global step>", prefix)
 	}
-	return strconv.ParseInt(m[1], 10, 64)
+	step, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: the global step of %s: %w", prefix, err)
+	}
+	return step, nil
 }
 
 // Save writes the checkpoint of global step step through save, makes it the latest, and deletes
