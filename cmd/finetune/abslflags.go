@@ -9,8 +9,9 @@ import (
 	"strings"
 )
 
-// abslArgs rewrites the two forms of absl's flags (run_classifier.py's parser) that Go's flag
-// package lacks into ones it reads: --noNAME, for a boolean flag NAME, becomes --NAME=false, and
+// abslArgs rewrites the forms of absl's flags (run_classifier.py's parser) that Go's flag
+// package lacks into ones it reads: --noNAME, for a boolean flag NAME, becomes --NAME=false, a
+// boolean's value in any case (--do_train=TRue) becomes lower case, and
 // --flagfile=FILE (or --flagfile FILE) is replaced by the flags of FILE, one a line, blank lines
 // and lines starting with # or // skipped, a flagfile in it read in turn (readFlagfile). Arguments after -- are
 // left alone, as absl leaves them.
@@ -52,11 +53,23 @@ func expandArgs(fs *flag.FlagSet, args, reading []string) ([]string, error) {
 			out = append(out, expanded...)
 		case strings.HasPrefix(name, "no") && !hasValue && fs.Lookup(name) == nil && isBoolFlag(fs, name[2:]):
 			out = append(out, "--"+name[2:]+"=false")
+		case hasValue && isBoolFlag(fs, name) && isAbslBool(value):
+			// absl reads a boolean's value in any case (tRUE), Go's flag package in three.
+			out = append(out, "--"+name+"="+strings.ToLower(value))
 		default:
 			out = append(out, arg)
 		}
 	}
 	return out, nil
+}
+
+// isAbslBool reports whether absl reads value as a boolean: true, t, 1, false, f or 0 in any case.
+func isAbslBool(value string) bool {
+	switch strings.ToLower(value) {
+	case "true", "t", "1", "false", "f", "0":
+		return true
+	}
+	return false
 }
 
 func isBoolFlag(fs *flag.FlagSet, name string) bool {

@@ -523,6 +523,8 @@ func TestAbslFormsParseAsAbslDoes(t *testing.T) {
 		{"--flagfile=" + outer, "--nodo_lower_case", "--max_seq_length=64"},
 		{"--do_eval", "--nodo_eval", "--flagfile", inner, "--nouse_tpu", "--num_train_epochs=2"},
 		{"--flagfile=" + inner, "--flagfile=" + outer, "--do_lower_case", "--nodo_predict"},
+		// absl reads a boolean's value in any case (true, t, 1, false, f, 0).
+		{"--do_train=tRUE", "--do_eval=F", "--use_tpu=fAlse", "--do_lower_case=False", "--do_predict=1"},
 	} {
 		var ref map[string]any
 		if err := json.Unmarshal(datatests.RunPython(t, nil, "glue_ref.py", append([]string{"parse"}, argv...)...), &ref); err != nil {
