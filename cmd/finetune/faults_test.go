@@ -211,3 +211,16 @@ func TestRanksInDifferentPrecisionsFail(t *testing.T) {
 		tinyFlags(model, data, out, "--do_train", "--train_batch_size=2", "--amp=false"),
 		"error: the ranks compute in different precisions (rank 0 float16, rank 1 float32)")
 }
+
+// Ranks given other training flags than rank 0 (mpirun's program list, a wrapper per machine)
+// stop before training, every rank naming the flags and its own values: rank 1 with twice the
+// epochs trained another learning-rate schedule, failed with "horovod: shut down (Shutdown
+// called on rank 0)" once rank 0 was done, and mpirun then ended rank 0 before its export.
+func TestRanksGivenOtherTrainingFlagsFail(t *testing.T) {
+	model := tinyModel(t, false)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 16, 4, 4)
+	failsBeforeTraining(t, tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=2", "--num_train_epochs=1"),
+		tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=2", "--num_train_epochs=2"),
+		`error: rank(s) 1 were given other settings than rank 0: --num_train_epochs (this rank's "2")`)
+}

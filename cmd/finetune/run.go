@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -190,8 +191,15 @@ func (j *job) setup() error {
 	err := j.prepare()
 	status := int64(1) // 1 ready, 0 failed, -n signal n
 	precision := int64(-1)
+	settings := j.sharedSettings()
+	columns := make([]int64, 2+len(settings)) // status, precision, then each setting's hash
 	if err == nil {
 		precision = int64(j.model.Precision())
+		for i, s := range settings {
+			h := fnv.New64a()
+			h.Write([]byte(s.value))
+			columns[2+i] = int64(h.Sum64())
+		}
 	}
 	if err != nil {
 		// Said now, before the ranks agree: once the others know, they exit, and mpirun ends
@@ -202,7 +210,8 @@ func (j *job) setup() error {
 	} else if sig := j.stop.requested(); sig != nil {
 		status = -int64(signalNumber(sig))
 	}
-	perRank, aerr := j.gatherInt64("finetune/setup", status, precision)
+	columns[0], columns[1] = status, precision
+	perRank, aerr := j.gatherInt64("finetune/setup", columns...)
 	if aerr != nil {
 		return errors.Join(err, aerr)
 	}
@@ -227,6 +236,9 @@ func (j *job) setup() error {
 	}
 	if err == nil {
 		err = checkSamePrecision(perRank)
+	}
+	if err == nil {
+		err = checkSameSettings(perRank, settings)
 	}
 	if err != nil && j.model != nil {
 		j.model.Close()
@@ -253,6 +265,74 @@ func checkSamePrecision(perRank [][]int64) error {
 	}
 	return fmt.Errorf("the ranks compute in different precisions (%s): --amp=true chooses by each machine's hardware; name one for every rank with --amp=fp16, --amp=bf16 or --amp=false",
 		strings.Join(ranks, ", "))
+}
+
+// setting is a flag every rank must be given alike, with this rank's value as resolved.
+type setting struct{ flag, value string }
+
+// sharedSettings are the flags that decide, on each rank, whether it trains, its schedule (the
+// steps, the learning rate), the update it applies to its copy of the model, what crosses the
+// wire beside the others' tensors, and how its share of train.tsv becomes features. A launch
+// that gives the ranks their own flags (mpirun's "-np 1 finetune ... : -np 1 finetune ...", or
+// a wrapper per machine) could give them different ones: measured before this check with
+// --num_train_epochs=1 on rank 0 and 2 on rank 1, rank 1 trained another learning-rate
+// schedule for 4 steps, failed with "horovod: shut down (Shutdown called on rank 0)" when rank 0
+// finished, and mpirun then ended rank 0 after its evaluation, its export lost, with no reason
+// given. Flags rank 0 alone uses (checkpoints, evaluation, export) and per-rank ones (threads,
+// paths, --seed, from which each rank derives its own) may differ. Labels count once the
+// converter has resolved them (nil before: the setup failed, and nothing is compared).
+func (j *job) sharedSettings() []setting {
+	c := &j.cfg
+	comp, _ := c.compression() // its contradictions were refused with the flags
+	var labels []string
+	if j.conv != nil {
+		labels = j.conv.Labels().Names()
+	}
+	return []setting{
+		{"do_train", strconv.FormatBool(c.DoTrain)},
+		{"train_batch_size", strconv.Itoa(c.TrainBatchSize)},
+		{"num_train_epochs", fmt.Sprint(c.NumTrainEpochs)},
+		{"warmup_proportion", fmt.Sprint(c.WarmupProportion)},
+		{"learning_rate", fmt.Sprint(c.LearningRate)},
+		{"clip_norm", fmt.Sprint(c.ClipNorm)},
+		{"compression", comp.String()},
+		{"sparse_as_dense", strconv.FormatBool(c.SparseAsDense)},
+		{"task_name", c.TaskName},
+		{"labels", strings.Join(labels, ",")},
+		{"do_lower_case", strconv.FormatBool(c.DoLowerCase)},
+		{"keep_tail_tokens", strconv.Itoa(c.KeepTailTokens)},
+		{"max_train_examples", strconv.Itoa(c.MaxTrainExamples)},
+	}
+}
+
+// checkSameSettings fails, on every rank alike, when a rank was given another value of a shared
+// setting than rank 0 (columns 2 on of perRank: a hash of each setting's value), naming the
+// flags and this rank's values: each rank says its own.
+func checkSameSettings(perRank [][]int64, settings []setting) error {
+	var differ []string
+	ranks := map[int]bool{}
+	for i, s := range settings {
+		named := false
+		for r, row := range perRank {
+			if row[2+i] != perRank[0][2+i] {
+				ranks[r] = true
+				if !named {
+					differ = append(differ, fmt.Sprintf("--%s (this rank's %q)", s.flag, s.value))
+					named = true
+				}
+			}
+		}
+	}
+	if differ == nil {
+		return nil
+	}
+	var who []string
+	for r := range perRank {
+		if ranks[r] {
+			who = append(who, strconv.Itoa(r))
+		}
+	}
+	return fmt.Errorf("rank(s) %s were given other settings than rank 0: %s: give every rank the same", strings.Join(who, ", "), strings.Join(differ, ", "))
 }
 
 func (j *job) prepare() error {
