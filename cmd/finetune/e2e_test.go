@@ -377,6 +377,8 @@ func TestBadSetupsFailBeforeTraining(t *testing.T) {
 		{"casing other than exported", []string{"--do_lower_case=false"}, 2, "was exported with do_lower_case=true"},
 		{"task with other labels", []string{"--task_name=mnli"}, 2, "--task_name=mnli has 3 labels"},
 		{"unwritable output", []string{"--output_dir=" + filepath.Join(notDir, "out")}, 1, "--output_dir: mkdir"},
+		{"export path through a file", []string{"--export_dir=" + filepath.Join(notDir, "export")}, 1, "--export_dir: stat " + filepath.Join(notDir, "export") + ": not a directory"},
+		{"export path a file", []string{"--export_dir=" + notDir}, 1, "--export_dir: " + notDir + " is not a directory"},
 		{"labels of another task", []string{"--labels=a,b,c"}, 1, "names 3 labels, but --saved_model"},
 		{"NCCL without CUDA", []string{"--allreduce_backend=nccl"}, 1, "libcudart"},
 	} {

@@ -183,6 +183,19 @@ func validate(c *Config, rank int) (*inputs, error) {
 			in.warnings = append(in.warnings, warning)
 		}
 	}
+	// Rank 0 exports after training and evaluating, hours later: a path it cannot create
+	// failed only then (a file in its place: "bertgraph: export serving: mkdir ...: not a
+	// directory", not naming the flag). Checked without creating it, as an interrupted run
+	// would leave the empty directory behind.
+	if c.DoTrain && c.ExportDir != "none" && rank == 0 {
+		base := c.ExportDir
+		if base == "" {
+			base = filepath.Join(c.OutputDir, "export")
+		}
+		if err := checkCreatable(base); err != nil {
+			bad(fmt.Errorf("--export_dir: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
 	}
@@ -230,6 +243,37 @@ func checkWritable(dir string) error {
 	f, err := os.CreateTemp(dir, ".write-probe-*")
 	if err != nil {
 		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// checkCreatable proves, without creating anything, that dir is a directory or can be made one
+// that takes files: its nearest existing ancestor (dir itself when it exists) is a directory
+// in which a file can be created.
+func checkCreatable(dir string) error {
+	p := dir
+	for {
+		st, err := os.Stat(p)
+		if err == nil && !st.IsDir() {
+			return fmt.Errorf("%s is not a directory", p)
+		}
+		if err == nil {
+			break
+		}
+		if parent := filepath.Dir(p); errors.Is(err, os.ErrNotExist) && parent != p {
+			p = parent
+			continue
+		}
+		return err
+	}
+	f, err := os.CreateTemp(p, ".write-probe-*")
+	if err != nil && p == dir {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s cannot be created in %s: %w", dir, p, err)
 	}
 	name := f.Name()
 	f.Close()
