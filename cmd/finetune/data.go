@@ -78,7 +78,7 @@ func fileSHA256(path string) (string, error) {
 // (errInterrupted), leaving neither file nor key.
 func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size int, stop *stopper) (path string, cache trainCache, reused bool, err error) {
 	path = filepath.Join(in.rankDir, "train.tf_record")
-	keyPath := path + ".key.json"
+	keyPath := trainKeyPath(path)
 	trainSum, err := fileSHA256(in.train)
 	if err != nil {
 		return "", cache, false, err
@@ -155,6 +155,25 @@ func trainFeatures(c *Config, in *inputs, conv *features.Converter, rank, size i
 		return "", cache, false, err
 	}
 	return path, cache, false, nil
+}
+
+// trainKeyPath is where the key of the training features in path is stored.
+func trainKeyPath(path string) string { return path + ".key.json" }
+
+// forgetDamagedCache makes the next run convert this rank's training features again when err is
+// a damaged record of path, trainFeatures' cache: it is reused while its key matches and its
+// size is the one written, which a bit flipped on disk or in a copy keeps, so every later run
+// would fail the same way, on the same record, with nothing saying that the file is derived from
+// train.tsv and may go.
+func forgetDamagedCache(err error, path, train string) error {
+	var corrupt *records.CorruptError
+	if !errors.As(err, &corrupt) || corrupt.Path != path {
+		return err
+	}
+	if rerr := os.Remove(trainKeyPath(path)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return errors.Join(err, rerr)
+	}
+	return fmt.Errorf("%w\n  (%s holds this rank's features of %s: its key is removed, so the next run converts them again)", err, path, train)
 }
 
 // evalStream reads a whole dev (labelled) or test (not labelled) file of the task, rank 0 only,

@@ -224,3 +224,34 @@ func TestRanksGivenOtherTrainingFlagsFail(t *testing.T) {
 		tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=2", "--num_train_epochs=2"),
 		`error: rank(s) 1 were given other settings than rank 0: --num_train_epochs (this rank's "2")`)
 }
+
+// A damaged record in rank 1's train.tf_record (a bit flipped on disk or in a copy keeps the
+// size its key checks) fails the job naming the file, and the next run converts rank 1's
+// features again, where every later run failed on the same record, nothing saying that the
+// file is derived from train.tsv.
+func TestDamagedTrainingFeaturesAreConvertedAgain(t *testing.T) {
+	model := tinyModel(t, false)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 32, 4, 4)
+	flags := tinyFlags(model, data, out, "--do_train", "--train_batch_size=4", "--num_train_epochs=1", "--export_dir=none")
+	mustSucceed(t, mpirun(t, 2, flags...))
+	cache := filepath.Join(out, "1", "train.tf_record")
+	b, err := os.ReadFile(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-5] ^= 0xff // the last record's last byte of data, before its checksum
+	if err := os.WriteFile(cache, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	more := append(flags, "--num_train_epochs=2") // resumed: reads the features again
+	r := runCmd(t, mpirun(t, 2, more...))
+	for _, want := range []string{"finetune[rank 1]: error: tfrecord: " + cache + ": record at byte offset", cache + " holds this rank's features of"} {
+		if r.code == 0 || !strings.Contains(r.output, want) {
+			t.Errorf("a damaged record: exit %d, output lacks %q:\n%s", r.code, want, r.output)
+		}
+	}
+	if output := mustSucceed(t, mpirun(t, 2, more...)); !strings.Contains(output, "(converted "+cache+")") {
+		t.Errorf("the run after did not convert rank 1's features again:\n%s", output)
+	}
+}

@@ -95,6 +95,7 @@ func (j *job) train() (int64, error) {
 		j.console.bar = progress.New(os.Stderr, term, width, from.Step, sched.TrainSteps, c.LogStepCountSteps)
 	}
 	res, err := t.Train(ds, from)
+	err = forgetDamagedCache(err, path, j.in.train)
 	j.lossScale = res.LossScale
 	if j.rank == 0 && err == nil {
 		j.console.bar.Done(res.Step, (res.Step-from.Step)*int64(c.TrainBatchSize*j.size))
