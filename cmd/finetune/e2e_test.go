@@ -398,6 +398,15 @@ func TestBadSetupsFailBeforeTraining(t *testing.T) {
 		!strings.Contains(r.output, "finetune[rank 1]: error: --output_dir") || strings.Contains(r.output, "Running training") {
 		t.Errorf("rank 1 without an output directory: exit %d\n%s", r.code, r.output)
 	}
+	// A directory where rank 0 writes eval_results.txt: every rank stops before training, where
+	// the rename that writes the file failed after training and evaluating.
+	out = t.TempDir()
+	os.Mkdir(filepath.Join(out, evalResultsFile), 0o755)
+	r = runCmd(t, mpirun(t, 2, tinyFlags(model, data, out, "--do_train", "--do_eval")...))
+	if want := "--output_dir: " + filepath.Join(out, evalResultsFile) + " is a directory"; r.code == 0 || !strings.Contains(r.output, want) ||
+		!strings.Contains(r.output, "rank(s) 0 could not start") || strings.Contains(r.output, "Running training") {
+		t.Errorf("a directory in place of eval_results.txt: exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
+	}
 	// One training line for two ranks: rank 1's shard is empty, and every rank says so.
 	oneLine := t.TempDir()
 	writeData(t, oneLine, 1, 4, 4)

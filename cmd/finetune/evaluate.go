@@ -11,6 +11,12 @@ import (
 	"github.com/gorovod/gorovod/bertgraph/features"
 )
 
+// The files of rank 0's results in --output_dir, as run_classifier names them.
+const (
+	evalResultsFile = "eval_results.txt"
+	testResultsFile = "test_results.tsv"
+)
+
 // evaluate runs dev.tsv through eval_step on rank 0 and writes eval_results.txt.
 func (j *job) evaluate(step int64) error {
 	c := &j.cfg
@@ -51,7 +57,7 @@ func (j *job) evaluate(step int64) error {
 			res.LossScale = float64(j.lossScale)
 		}
 	}
-	path := filepath.Join(c.OutputDir, "eval_results.txt")
+	path := filepath.Join(c.OutputDir, evalResultsFile)
 	if err := writeEvalResults(path, res); err != nil {
 		return err
 	}
@@ -85,7 +91,7 @@ func (j *job) predict() error {
 	}
 	defer r.Close()
 	defer stream.Close()
-	path := filepath.Join(c.OutputDir, "test_results.tsv")
+	path := filepath.Join(c.OutputDir, testResultsFile)
 	out, err := createTestResults(path)
 	if err != nil {
 		return err

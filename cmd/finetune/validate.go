@@ -196,6 +196,17 @@ func validate(c *Config, rank int) (*inputs, error) {
 			bad(fmt.Errorf("--export_dir: %w", err))
 		}
 	}
+	// The same for its results: a directory in their place failed only the rename that
+	// replaces them, after training and evaluating ("rename ...: file exists").
+	for _, f := range []struct {
+		use  bool
+		name string
+	}{{c.DoEval, evalResultsFile}, {c.DoPredict, testResultsFile}} {
+		p := filepath.Join(c.OutputDir, f.name)
+		if st, err := os.Stat(p); f.use && rank == 0 && err == nil && st.IsDir() {
+			bad(fmt.Errorf("--output_dir: %s is a directory, where rank 0 writes its results", p))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
 	}
