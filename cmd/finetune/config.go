@@ -114,8 +114,8 @@ func defaultTask() Config {
 // in 8 min 31 s, which with set-up, evaluation and prediction still leaves half a minute; 16,000
 // missed the ten minutes there that afternoon. In float32, 8,000: 9 minutes at 14.9 examples/s on an
 // AMD EPYC with AVX2 alone. (On a GPU --amp computes in float16 whatever the CPU, and either size
-// trains in minutes.) Every rank decides alike on one machine; ranks on CPUs that differ would
-// each read their own first lines, and the schedule still follows their sum.
+// trains in minutes.) Every rank decides alike on one machine; ranks on CPUs that differ resolve
+// --amp to different precisions, and the job stops before training (checkSamePrecision).
 func defaultTrainExamples(cpu bertgraph.CPUBF16) int {
 	if cpu.Supported() {
 		return 14000
