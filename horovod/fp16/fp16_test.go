@@ -169,8 +169,20 @@ func TestFloat64RoundsOnce(t *testing.T) {
 			t.Fatalf("%v encoded to %#04x, nearest half is %#04x", f, out[i], want)
 		}
 	}
-	if h := FromFloat64(math.NaN()); h&0x7c00 != 0x7c00 || h&0x3ff == 0 {
-		t.Fatalf("NaN encoded to %#04x, not a NaN", h)
+	// NaNs quieted, sign and top payload bits kept, as float32's are (checkEncoding): a
+	// signalling NaN whose payload lies below half's ten bits would otherwise become infinity.
+	for _, c := range []struct {
+		bits uint64
+		want uint16
+	}{
+		{0x7ff8000000000000, 0x7e00}, // quiet
+		{0x7ff0000000000001, 0x7e00}, // signalling, payload only in the low bits
+		{0xfff0000000000001, 0xfe00},
+		{0x7ff4000000000000, 0x7f00}, // signalling, top payload bit kept
+	} {
+		if h := FromFloat64(math.Float64frombits(c.bits)); h != c.want {
+			t.Fatalf("NaN %#016x encoded to %#04x, want %#04x", c.bits, h, c.want)
+		}
 	}
 }
 
