@@ -183,6 +183,37 @@ func TestFusionThreshold(t *testing.T) {
 	}
 }
 
+// Only allreduces that reduce alike fuse: a batch applies one dtype, op, prescale and postscale
+// to the whole fusion buffer, so a member that differs in any of them would be reduced or scaled
+// as the first member is.
+func TestOnlyAlikeAllreducesFuse(t *testing.T) {
+	first := spec{name: "a", kind: kindAllreduce, dtype: Float32, shape: []int{4}, op: Average, prescale: 1, postscale: 1}
+	for _, c := range []struct {
+		what   string
+		change func(*spec)
+		failed bool
+		want   bool
+	}{
+		{"another name and shape", func(s *spec) { s.name, s.shape = "b", []int{2, 3} }, false, true},
+		{"another dtype", func(s *spec) { s.dtype = Float64 }, false, false},
+		{"another op", func(s *spec) { s.op = Sum }, false, false},
+		{"another prescale", func(s *spec) { s.prescale = 0.5 }, false, false},
+		{"another postscale", func(s *spec) { s.postscale = 2 }, false, false},
+		{"a broadcast", func(s *spec) { s.kind = kindBroadcast }, false, false},
+		{"a failed allreduce", func(*spec) {}, true, false},
+	} {
+		other := first
+		c.change(&other)
+		next := &response{spec: &other}
+		if c.failed {
+			next.err = &Error{Op: "allreduce", Tensor: other.name, Reason: "mismatched shapes"}
+		}
+		if got := fusable(&response{spec: &first}, next); got != c.want {
+			t.Errorf("%s: fusable %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
 // After the first round, a repeated step announces its tensors by cache slot, not by description.
 func TestNegotiationIsCached(t *testing.T) {
 	hs, g := job(t, 2)
