@@ -91,7 +91,8 @@ func (l *lending) Close() error {
 }
 
 // TestReducerArenasInLentMemory runs the same Reducer steps in a two-rank job whose data backend
-// lends host memory and in one whose backend does not: the results must be the same bytes; with
+// lends host memory and in one whose backend does not: the results must be the same bytes (the
+// same arithmetic on the same values, element by element, only in other memory); with
 // the lender, the results and the float16 wire copies must lie in its memory and the fused
 // allreduces run in place there, as must a grouped allreduce of tensors apart (in the fusion
 // buffer); memory the arenas outgrow must be given back only after

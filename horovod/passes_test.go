@@ -120,7 +120,9 @@ func firstDifference(got, want []byte, size int) int {
 
 // TestScaleIsTheSameOverGoroutines scales odd-sized buffers of every dtype over 1, 2, 3 and 8
 // goroutines: each result must equal the element-by-element reference byte for byte, the
-// float16 blockwise path and the integer truncation included.
+// float16 blockwise path and the integer truncation included. Bit-exact because every element is
+// one correctly rounded product of its own (no sum across elements whose order a split could
+// change), and an IEEE product rounds the same in an AVX lane as in scalar code on any x86 CPU.
 func TestScaleIsTheSameOverGoroutines(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, dt := range passDTypes {
@@ -143,7 +145,9 @@ func TestScaleIsTheSameOverGoroutines(t *testing.T) {
 // split over several, boundaries at every alignment) in one pass and widens the halves back with
 // and without a factor, over 1, 2, 3 and 8 goroutines, in float16 and in bfloat16: each tensor's
 // halves must be the serial conversion of that tensor alone, its widened values the serial
-// widening scaled as scale does, byte for byte, and no byte past a tensor written.
+// widening scaled as scale does, byte for byte, and no byte past a tensor written. Bit-exact
+// because each element converts on its own and the SIMD conversions are specified to agree bit for
+// bit with the portable ones (fp16 and bf16 test that against references on every path).
 func TestCompressionIsTheSameOverGoroutines(t *testing.T) {
 	for _, c := range []Compression{FP16Compression, BF16Compression} {
 		t.Run(c.String(), func(t *testing.T) { testCompressionOverGoroutines(t, c) })
@@ -216,7 +220,8 @@ func testCompressionOverGoroutines(t *testing.T, comp Compression) {
 }
 
 // TestAccumulationIsTheSameOverGoroutines adds odd-sized buffers of every dtype over 1, 2, 3
-// and 8 goroutines: the sums must equal the serial sum byte for byte.
+// and 8 goroutines: the sums must equal the serial sum byte for byte, since each element is one
+// correctly rounded addition of two values, whichever goroutine makes it.
 func TestAccumulationIsTheSameOverGoroutines(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, dt := range passDTypes {
@@ -237,7 +242,9 @@ func TestAccumulationIsTheSameOverGoroutines(t *testing.T) {
 // four: Reducer steps on large and small gradients (fp16 with a predivide factor, the predivide alone, two backward passes
 // accumulated and averaged), a grouped allreduce with prescale and postscale (the fusion
 // buffer's copies in and out) and a single allreduce with a prescale, on tensors large enough to
-// split. Each rank's results must be the same byte for byte.
+// split. Each rank's results must be the same byte for byte: the goroutines split only passes
+// whose elements are computed each on its own (the tests above), and the loopback backend sums
+// the ranks' contributions in rank order whatever the split.
 func TestJobIsTheSameOverGoroutines(t *testing.T) {
 	run := func(workers int) [][]byte {
 		hs, _ := job(t, 2)
