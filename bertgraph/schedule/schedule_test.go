@@ -56,6 +56,18 @@ func TestNewRejectsRunsWithoutSteps(t *testing.T) {
 	}
 }
 
+// BERT's schedule worked by hand for 10 steps with 4 of warmup at a peak of 1: step/4 while
+// warming up, then 1 - step/10 (the decay counts from step 0, not from the end of warmup), 0 from
+// the last step on. It holds where TensorFlow, which the test below compares against, is missing.
+func TestLearningRateByHand(t *testing.T) {
+	s := Schedule{TrainSteps: 10, WarmupSteps: 4, PeakLR: 1}
+	for step, want := range map[int64]float64{0: 0, 1: 0.25, 3: 0.75, 4: 0.6, 5: 0.5, 9: 0.1, 10: 0, 12: 0} {
+		if got := s.LearningRate(step); math.Abs(got-want) > 1e-15 {
+			t.Errorf("step %d: lr %v, want %v", step, got, want)
+		}
+	}
+}
+
 // The rates must equal those of BERT's optimization.create_optimizer as TensorFlow computes them
 // (polynomial_decay to zero, then the warmup override), step by step.
 func TestLearningRateEqualsBertOptimizationInTensorFlow(t *testing.T) {
