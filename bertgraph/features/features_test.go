@@ -168,6 +168,7 @@ func TestConvertBatchPads(t *testing.T) {
 	}
 	if !slices.Equal(b.InputIDs, []int32{2, 5, 3, 0, 0, 2, 6, 7, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) ||
 		!slices.Equal(b.InputMask, []int32{1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) ||
+		!slices.Equal(b.SegmentIDs, make([]int32, 20)) || // no text b: every token in segment 0
 		!slices.Equal(b.LabelIDs, []int32{1, 0, 0, 0}) || !slices.Equal(b.IsRealExample, []int32{1, 1, 0, 0}) ||
 		b.NumReal() != 2 || !slices.Equal(b.GUIDs, []string{"x", "y"}) {
 		t.Errorf("batch %+v", b)
