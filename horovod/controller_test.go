@@ -33,6 +33,9 @@ func TestAllreduceOpsAndScaling(t *testing.T) {
 			{AllreduceOptions{Op: Product, Prescale: 0.5}, []float32{0, 0, 0, 125}},
 			{AllreduceOptions{Op: Sum, Prescale: 0.5, Postscale: 4}, []float32{6, -6, 12, 60}},
 			{AllreduceOptions{Op: Average, Postscale: 3}, []float32{3, -3, 6, 30}},
+			// The same name, op and prescale as the last: only the postscale tells the cached
+			// signature from this one.
+			{AllreduceOptions{Op: Average, Postscale: 6}, []float32{6, -6, 12, 60}},
 		} {
 			got, err := h.Allreduce("x", x, c.o)
 			if err != nil {
