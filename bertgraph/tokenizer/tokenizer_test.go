@@ -47,6 +47,8 @@ func TestWordPiece(t *testing.T) {
 		{"unwanted running", []string{"un", "##want", "##ed", "runn", "##ing"}},
 		{"unwantedX running", []string{"[UNK]", "runn", "##ing"}},
 		{"lowest", []string{"lowest"}},
+		// The vocabulary's longest token as the first piece of a longer word.
+		{"lowesting", []string{"lowest", "##ing"}},
 	} {
 		if got := tok.Tokenize(c.in); !slices.Equal(got, c.want) {
 			t.Errorf("Tokenize(%q) = %q, want %q", c.in, got, c.want)
