@@ -436,13 +436,6 @@ func TestWordEmbeddingGradientIsTheLookedUpRows(t *testing.T) {
 	}
 }
 
-// Apply feeds gradients whose parts are aligned for TensorFlow where they lie (NewFlatTensors'
-// are: BERT's variable sizes are multiples of 16 values, but for the last bias) and copies the
-// others: the same gradients one float32 off the alignment, all copied, give bit for bit the
-// same weights over two steps, the second after the gradients were changed in place, so a feed
-// that read stale or foreign memory would show. Bit for bit: both models run the same graph on
-// the same gradient bytes with the same threads in one process, so the same kernels add in the
-// same order. Apply must not write into the gradients either.
 // A clip norm or learning rate out of range is an error before the step: an infinite one would
 // turn every weight NaN while the global norm, and so the step, looked finite.
 func TestApplyRefusesClipNormsAndLearningRatesOutOfRange(t *testing.T) {
@@ -462,6 +455,13 @@ func TestApplyRefusesClipNormsAndLearningRatesOutOfRange(t *testing.T) {
 	}
 }
 
+// Apply feeds gradients whose parts are aligned for TensorFlow where they lie (NewFlatTensors'
+// are: BERT's variable sizes are multiples of 16 values, but for the last bias) and copies the
+// others: the same gradients one float32 off the alignment, all copied, give bit for bit the
+// same weights over two steps, the second after the gradients were changed in place, so a feed
+// that read stale or foreign memory would show. Bit for bit: both models run the same graph on
+// the same gradient bytes with the same threads in one process, so the same kernels add in the
+// same order. Apply must not write into the gradients either.
 func TestApplyReadsAlignedGradientsWhereTheyLie(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	inPlace, copied := loadFixture(t), loadFixture(t)
