@@ -730,6 +730,7 @@ func TestReducerAccumulatesCompressesAndAverages(t *testing.T) {
 				grads := []NamedTensor{
 					{"w", mustTensor(t, []int{3}, []float32{r + p, 1.5, 1e5 * r})},
 					{"steps", mustTensor(t, nil, []int64{int64(7 + h.Rank() + pass)})},
+					{"w64", mustTensor(t, []int{3}, []float64{float64(r + p), 1.5, 1e5 * float64(r)})},
 				}
 				out, ready, err := red.Reduce(grads)
 				if err != nil {
@@ -750,6 +751,10 @@ func TestReducerAccumulatesCompressesAndAverages(t *testing.T) {
 				// Integers pass compression untouched: ((7+8)/2 truncated, (8+9)/2) = 7, 8 -> mean 7.
 				if s := mustValues[int64](out[1].Tensor); out[1].Name != "steps" || s[0] != 7 {
 					return fmt.Errorf("step %d: steps = %v", step, s)
+				}
+				// float64 goes on the wire as float16 too: the same overflow.
+				if w := mustValues[float64](out[2].Tensor); w[0] != 1 || w[1] != 1.5 || !math.IsInf(w[2], 1) {
+					return fmt.Errorf("step %d: w64 = %v, want [1 1.5 +Inf]", step, w)
 				}
 			}
 		}
