@@ -155,6 +155,11 @@ func TestConvertLabels(t *testing.T) {
 	if !slices.Equal(l.Names(), []string{"neg", "pos"}) {
 		t.Errorf("labels sorted %v", l.Names())
 	}
+	// One name that is no integer makes every name sort as a string.
+	l, _ = SortedLabels([]string{"b", "9", "10"})
+	if !slices.Equal(l.Names(), []string{"10", "9", "b"}) {
+		t.Errorf("mixed labels sorted %v, want them as strings", l.Names())
+	}
 	if _, err := NewLabels([]string{"a", "a"}); err == nil {
 		t.Error("duplicate label accepted")
 	}
