@@ -1,11 +1,33 @@
 package horovod
 
 import (
+	"bytes"
 	"errors"
+	"log"
 	"strings"
 	"testing"
 	"time"
 )
+
+// The stall inspector reports an operation once it has waited the stall-check time, not
+// before, and never names a rank that has joined (it has nothing left to submit).
+func TestStallCheckTimeAndJoinedRanks(t *testing.T) {
+	var out bytes.Buffer
+	h := &Horovod{log: log.New(&out, "", 0)}
+	h.cfg.StallCheck = time.Minute
+	c := &controller{h: h, table: newMessageTable(3)}
+	start := time.Now()
+	c.table.add(0, allreduceSpec("grad", 1), start, 0)
+	c.table.join(2)
+	c.inspectStalls(start.Add(time.Minute - time.Millisecond))
+	if out.Len() != 0 {
+		t.Errorf("reported before the stall-check time:\n%s", &out)
+	}
+	c.inspectStalls(start.Add(time.Minute))
+	if got := out.String(); !strings.HasSuffix(got, "Missing ranks:\n1: [grad]\n") {
+		t.Errorf("at the stall-check time, with rank 2 joined, logged:\n%s", got)
+	}
+}
 
 // A rank whose negotiation is blocked because another rank is stopped cannot announce what its
 // application submits meanwhile. When the stopped rank continues, the stall report must not name
