@@ -3,7 +3,16 @@ package horovod
 import (
 	"slices"
 	"testing"
+	"time"
 )
+
+// When several ranks ask to shut down in one round, every rank names the lowest of them.
+func TestShutdownNamesTheLowestRankThatAsked(t *testing.T) {
+	c := &controller{table: newMessageTable(3)}
+	if stopBy, err := c.apply([]*message{{}, {shutdown: true}, {shutdown: true}}, time.Now()); err != nil || stopBy != 1 {
+		t.Errorf("stopBy %d (%v), want 1", stopBy, err)
+	}
+}
 
 // A request whose signature the cache holds is announced by its slot, grouped requests by
 // group; others, and one whose signature changed, in full.
