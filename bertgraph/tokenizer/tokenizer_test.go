@@ -57,7 +57,7 @@ func TestWordPiece(t *testing.T) {
 }
 
 func TestBasicTokenization(t *testing.T) {
-	v, err := NewVocab(strings.Fields("[UNK] hello how are you ? ! ah hallo bonjour h ##ello hell ##o l ##ow 中 文 $ + ^ ` \u00e9 caf ##e"))
+	v, err := NewVocab(strings.Fields("[UNK] hello how are you ? ! ah hallo bonjour h ##ello hell ##o l ##ow 中 文 $ + ^ ` \u00e9 caf ##e / : @ { ~"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +77,15 @@ func TestBasicTokenization(t *testing.T) {
 		{lower, "café", "caf ##e"},
 		// Every non-alphanumeric ASCII character is punctuation.
 		{lower, "a$b+c^d`e", "[UNK] $ [UNK] + [UNK] ^ [UNK] ` [UNK]"},
+		// The ends of the four ASCII punctuation ranges ("[" is not in the vocabulary).
+		{lower, "!h/h:h@h[h`h{h~", "! h / h : h @ h [UNK] h ` h { h ~"},
+		// CJK Extension E from U+2B820, as tokenization.py (HF's range starts at U+2B920).
+		{lower, "ah\U0002B820", "ah [UNK]"},
 		// Control and zero-width format characters vanish; U+00A0 and U+2028 separate words.
 		{lower, "hel\u0000lo\u200bw\x07orld", "[UNK]"},
 		{lower, "hel\u0000lo", "hello"},
+		// Private use vanishes too, as in HF (see isControl).
+		{lower, "hel\ue000lo", "hello"},
 		{lower, "hello\u00a0how\u2028are", "hello how are"},
 		// Invalid UTF-8 bytes vanish like U+FFFD.
 		{lower, "hel\xfflo \xe4\xb8", "hello"},
