@@ -114,8 +114,9 @@ func TestLargeBroadcastsGoOnTheirOwn(t *testing.T) {
 		const root = 0
 		before := g.calls["broadcast"].Load()
 		onEveryRank(t, hs, func(h *Horovod) error {
-			// small, large, small, large, large, small: 3 large broadcasts and one of 3 small.
-			sizes := []int{256, large, 256, large, large + 1, 256}
+			// large, small, large, small, large, small: 3 large broadcasts and one of 3 small. A
+			// large one first must take no small ones along.
+			sizes := []int{large, 256, large, 256, large + 1, 256}
 			values := func(rank int) [][]float32 {
 				out := make([][]float32, len(sizes))
 				for i, n := range sizes {
