@@ -246,9 +246,9 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 			wireBytes += 2 * g.NumElements()
 		}
 	}
-	freshOut, freshWire := r.inputsInArenas(grads, outBytes, wireBytes)
-	r.outArena.grow(outBytes, freshOut)
-	r.wireArena.grow(wireBytes, freshWire)
+	r.outArena.grow(outBytes, r.inputsInResults(grads, outBytes))
+	// No input lies in the wire arena: results are widened out of it, never handed out in it.
+	r.wireArena.grow(wireBytes, false)
 	// Once every collective of the step is over (waitAll waits for all of them) and it has
 	// succeeded, the memory the arenas outgrew may go: nothing of this step reads it any more.
 	// After a failure the backend may still be at it: it goes after the next successful step.
@@ -322,32 +322,24 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 	return out, nil
 }
 
-// inputsInArenas reports whether this step must put its results (freshOut) or its 16-bit wire
-// copies (freshWire) in new memory because an input lies where they would go: the previous
-// step's results handed back to Reduce in another arrangement (another order, other tensors
-// before them) would be overwritten by the fusion copies and the reductions before they are
-// read. An input that is exactly its own result slot is reduced in place and needs nothing new.
-func (r *Reducer) inputsInArenas(grads []NamedTensor, outBytes, wireBytes int) (freshOut, freshWire bool) {
-	var out, wire []byte // the memory the step writes, if it stays in the current allocations
-	if outBytes <= len(r.outArena.mem) {
-		out = r.outArena.mem[:outBytes]
+// inputsInResults reports whether this step must put its results in new memory because an
+// input lies where they would go: the previous step's results handed back to Reduce in another
+// arrangement (another order, other tensors before them) would be overwritten by the fusion
+// copies and the reductions before they are read. An input that is exactly its own result slot
+// is reduced in place and needs nothing new.
+func (r *Reducer) inputsInResults(grads []NamedTensor, outBytes int) bool {
+	if r.opts.InPlace || outBytes > len(r.outArena.mem) {
+		return false // results in the inputs themselves, or in new memory anyway
 	}
-	if wireBytes <= len(r.wireArena.mem) {
-		wire = r.wireArena.mem[:wireBytes]
-	}
+	out := r.outArena.mem[:outBytes]
 	off := 0
 	for _, g := range grads {
-		if !r.opts.InPlace {
-			if parallel.Overlap(g.Data, out) && !parallel.Same(g.Data, out[off:off+len(g.Data)]) {
-				freshOut = true
-			}
-			off += len(g.Data)
+		if parallel.Overlap(g.Data, out) && !parallel.Same(g.Data, out[off:off+len(g.Data)]) {
+			return true
 		}
-		if parallel.Overlap(g.Data, wire) {
-			freshWire = true
-		}
+		off += len(g.Data)
 	}
-	return freshOut, freshWire
+	return false
 }
 
 // addInto adds src into dst elementwise (local gradient accumulation), over up to workers

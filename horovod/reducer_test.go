@@ -296,3 +296,43 @@ func TestReducerAccumulatorsGivenBackInAnotherOrder(t *testing.T) {
 		return nil
 	})
 }
+
+// A step's results handed back to the next step in another order, as its inputs, each sum as
+// themselves when the tensors do not fuse (each over half the fusion threshold): the responses
+// then run one after another, and the first would write its result over the second's input if
+// the step's results went where the last step's lie (inputsInResults).
+func TestReducerResultsGivenBackInAnotherOrderUnfused(t *testing.T) {
+	const n = 64
+	hs, _ := job(t, 2, WithFusionThreshold(n*4+4))
+	onEveryRank(t, hs, func(h *Horovod) error {
+		r, err := h.NewReducer(ReducerOptions{Op: Sum})
+		if err != nil {
+			return err
+		}
+		fill := func(x float32) Tensor {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = x
+			}
+			return mustTensor(t, []int{n}, v)
+		}
+		out, _, err := r.Reduce([]NamedTensor{{"a", fill(1)}, {"b", fill(10)}})
+		if err != nil {
+			return err
+		}
+		// a is given b's result (20 everywhere), b a's (2): same sizes, so each input lies in
+		// the other's result slot.
+		out, _, err = r.Reduce([]NamedTensor{{"a", out[1].Tensor}, {"b", out[0].Tensor}})
+		if err != nil {
+			return err
+		}
+		for i, want := range []float32{40, 4} {
+			for k, got := range mustValues[float32](out[i].Tensor) {
+				if got != want {
+					return fmt.Errorf("step 2 with the results swapped: %s[%d] = %v, want %v", out[i].Name, k, got, want)
+				}
+			}
+		}
+		return nil
+	})
+}
