@@ -12,8 +12,8 @@ import (
 )
 
 // checkHosts: hosts a parser accepted are named, have slots, are listed once, and count their
-// slots without overflow; written as mpirun's -H (and read back as horovodrun's) they are the
-// same hosts.
+// slots without overflow; written as mpirun's -H (and read back as horovodrun's) or as a host
+// file they are the same hosts.
 func checkHosts(t *testing.T, from string, hosts []host) {
 	t.Helper()
 	seen := map[string]bool{}
@@ -32,10 +32,21 @@ func checkHosts(t *testing.T, from string, hosts []host) {
 	if err != nil || !reflect.DeepEqual(back, hosts) {
 		t.Fatalf("%s: %+v become -H %q, read back as %+v (%v)", from, hosts, hostList(hosts), back, err)
 	}
+	var b strings.Builder
+	for _, h := range hosts {
+		fmt.Fprintf(&b, "%s slots=%d\n", h.name, h.slots)
+	}
+	path := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := parseHostfile(path); err != nil || !reflect.DeepEqual(back, hosts) {
+		t.Fatalf("%s: %+v written as %q read back as %+v (%v)", from, hosts, b.String(), back, err)
+	}
 }
 
 func FuzzParseHosts(f *testing.F) {
-	for _, s := range []string{"a:2,b:2", "localhost:4", "fe80::1:2,[::1]:1", "a:x", "a:2,a:1", "", "a", "a:0"} {
+	for _, s := range []string{"a:2,b:2", "localhost:4", "fe80::1:2,[::1]:1", "a\nb:1", "a#b:1", "a:x", "a:2,a:1", "", "a", "a:0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, spec string) {
@@ -61,18 +72,7 @@ func FuzzParseHostfile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		from := fmt.Sprintf("hostfile %q", text)
-		checkHosts(t, from, hosts)
-		var b strings.Builder
-		for _, h := range hosts {
-			fmt.Fprintf(&b, "%s slots=%d\n", h.name, h.slots)
-		}
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if back, err := parseHostfile(path); err != nil || !reflect.DeepEqual(back, hosts) {
-			t.Fatalf("%s: %+v written as %q read back as %+v (%v)", from, hosts, b.String(), back, err)
-		}
+		checkHosts(t, fmt.Sprintf("hostfile %q", text), hosts)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // host is one machine of the job and how many ranks it may run.
@@ -91,7 +92,12 @@ func parseHostfile(path string) ([]host, error) {
 }
 
 func newHost(name, slots string) (host, error) {
-	if name == "" || strings.ContainsAny(name, " \t,") {
+	// The name travels in mpirun's -H, where a comma ends it, and may come from or go to a host
+	// file, where a blank ends it, a newline ends the line and # starts a comment; a control
+	// character (NUL among them, which no argument can hold) names no machine.
+	if name == "" || strings.ContainsAny(name, ",#") || strings.IndexFunc(name, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}) >= 0 {
 		return host{}, fmt.Errorf("bad host name %q", name)
 	}
 	// Open MPI counts a node's slots in an int32: a larger count is misread by mpirun, and

@@ -76,6 +76,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-np", "2", "-H", "a:2,b:0", "p"}, []string{`"b:0"`, "slots"}},
 		{[]string{"-np", "2", "-H", "a:x", "p"}, []string{`"a:x"`, `slots "x"`}},
 		{[]string{"-np", "2", "-H", ":2", "p"}, []string{`":2"`, "host name"}},
+		{[]string{"-np", "2", "-H", "a\nb:2", "p"}, []string{`"a\nb:2"`, `bad host name "a\nb"`}},
+		{[]string{"-np", "2", "-H", "a#b:2", "p"}, []string{`"a#b:2"`, `bad host name "a#b"`}},
 		{[]string{"-np", "2", "-H", "a:1,,b:1", "p"}, []string{`-H "a:1,,b:1": "": want`}},
 		{[]string{"-np", "2", "-H", "", "p"}, []string{"empty host list"}},
 		{[]string{"-np", "2", "-H", "a:1,a:1", "p"}, []string{`"a" is listed twice`}},
