@@ -68,23 +68,33 @@ func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (resumePoint, err
 		return resumePoint{prefix, man.Step, man.inputPosition}, nil
 	}
 	local := filepath.Join(dir, "resume", man.Base)
+	if err := receiveCheckpoint(hvd, man, local); err != nil {
+		// What was received is of no use, and would stay until a later resume succeeded.
+		os.RemoveAll(filepath.Dir(local))
+		return resumePoint{}, err
+	}
+	return resumePoint{local, man.Step, man.inputPosition}, nil
+}
+
+// receiveCheckpoint writes the files of man that rank 0 broadcasts under the prefix local.
+func receiveCheckpoint(hvd *horovod.Horovod, man checkpointManifest, local string) error {
 	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
-		return resumePoint{}, fmt.Errorf("resume: %w", err)
+		return fmt.Errorf("resume: %w", err)
 	}
 	for i, suffix := range man.Files {
 		f, err := os.Create(local + suffix)
 		if err != nil {
-			return resumePoint{}, fmt.Errorf("resume: %w", err)
+			return fmt.Errorf("resume: %w", err)
 		}
 		err = shareFile(hvd, "", man.Sizes[i], i, f)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return resumePoint{}, fmt.Errorf("resume: receiving %s: %w", local+suffix, err)
+			return fmt.Errorf("resume: receiving %s: %w", local+suffix, err)
 		}
 	}
-	return resumePoint{local, man.Step, man.inputPosition}, nil
+	return nil
 }
 
 func manifestOf(prefix string) (checkpointManifest, error) {

@@ -41,6 +41,11 @@ func (t *Trainer) Start() (Position, error) {
 		return Position{}, err
 	}
 	if local := resume.Prefix; local != "" {
+		if local != prefix {
+			// A received copy, as large as the model and its optimizer slots: restored, it is
+			// no longer needed, and after a failed restore the next run receives a new one.
+			defer os.RemoveAll(filepath.Dir(local))
+		}
 		if err := t.model.Restore(local); err != nil {
 			return Position{}, err
 		}
@@ -58,9 +63,6 @@ func (t *Trainer) Start() (Position, error) {
 			if w != "" {
 				t.infof("%s", w)
 			}
-		}
-		if local != prefix { // a received copy: restored, no longer needed
-			os.RemoveAll(filepath.Dir(local))
 		}
 		return Position{resume.Step, resume.Batches, examples}, nil
 	}

@@ -255,3 +255,40 @@ func TestDamagedTrainingFeaturesAreConvertedAgain(t *testing.T) {
 		t.Errorf("the run after did not convert rank 1's features again:\n%s", output)
 	}
 }
+
+// A rank that cannot restore the checkpoint it received from rank 0 removes its copy as it
+// fails: the copy is as large as the model and its Adam slots, and only a later successful
+// resume removed it. Renamed one step back, the checkpoint holds another global_step than its name
+// says, which every rank's restore refuses.
+func TestFailedResumeLeavesNoReceivedCopy(t *testing.T) {
+	model := tinyModel(t, false)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 16, 4, 4)
+	flags := tinyFlags(model, data, out, "--do_train", "--train_batch_size=4", "--num_train_epochs=1")
+	mustSucceed(t, exec.Command(finetuneBinary(t), flags...))
+	last := latestStep(t, out)
+	from, to := fmt.Sprintf("model.ckpt-%d", last), fmt.Sprintf("model.ckpt-%d", last-1)
+	files, _ := filepath.Glob(filepath.Join(out, from+".*"))
+	for _, f := range files {
+		if err := os.Rename(f, filepath.Join(out, to+strings.TrimPrefix(filepath.Base(f), from))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := filepath.Join(out, "checkpoint")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte(strings.ReplaceAll(string(b), `"`+from+`"`, `"`+to+`"`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runCmd(t, mpirun(t, 2, flags...))
+	want := fmt.Sprintf("holds global_step %d, its name says %d", last, last-1)
+	if r.code == 0 || !strings.Contains(r.output, want) {
+		t.Fatalf("exit %d, output lacks %q:\n%s", r.code, want, r.output)
+	}
+	if _, err := os.Stat(filepath.Join(out, "1", "resume")); !os.IsNotExist(err) {
+		t.Errorf("rank 1's received copy is left after its failed restore (stat: %v)", err)
+	}
+}
