@@ -33,6 +33,8 @@ type Dataset struct {
 	paths []string
 	opts  DatasetOptions
 	epoch uint64
+	// epochLen is the number of records of this rank in an epoch, once one has ended (Repeat).
+	epochLen int64
 
 	file    *os.File
 	reader  *records.Reader // reading file; nil between files
@@ -146,9 +148,31 @@ func (d *Dataset) Next() (Record, error) {
 		if d.mine == 0 {
 			return Record{}, fmt.Errorf("tfrecord: rank %d of %d has no records in %v: cannot repeat an empty shard", d.opts.Rank, d.opts.Size, d.paths)
 		}
+		d.epochLen = int64(d.mine)
 		d.epoch++
 		d.startEpoch()
 	}
+}
+
+// Skip advances past n records as n calls of Next would, and a repeating dataset at a cost that
+// does not grow with n: every epoch emits all of the shard's records (the shuffle buffer drains
+// before the next epoch starts) in an order drawn from (Seed, epoch) alone, so once the first
+// epoch has ended, whole epochs are passed over by their number. At most two epochs are read.
+func (d *Dataset) Skip(n int64) error {
+	for ; n > 0; n-- {
+		// mine-len(buf) records of this epoch were emitted: all of them, at its end.
+		if L := d.epochLen; L > 0 && n > L && int64(d.mine-len(d.buf)) == L {
+			whole := (n - 1) / L // the last record is left to Next, which reads it in its epoch
+			d.Close()
+			d.epoch += uint64(whole) + 1
+			d.startEpoch()
+			n -= whole * L
+		}
+		if _, err := d.Next(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nextShuffled is tf.data's shuffle: keep the buffer full, emit a uniformly chosen element, put

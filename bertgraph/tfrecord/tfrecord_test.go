@@ -328,6 +328,42 @@ func TestDatasetShardShuffleRepeat(t *testing.T) {
 	}
 }
 
+// Skip leaves a repeating dataset where as many calls of Next would, at every offset of the
+// first epochs (passing over whole epochs once the first has ended), and skips 2^62 records,
+// a resume's skip from a damaged input position, without reading them.
+func TestDatasetSkip(t *testing.T) {
+	paths := writeIndexed(t, t.TempDir(), 2, 7)                                       // records 0..13
+	opts := DatasetOptions{Rank: 1, Size: 3, ShuffleBuffer: 3, Seed: 7, Repeat: true} // 5 records an epoch
+	const epoch, after = 5, 7
+	open := func() *Dataset {
+		d, err := OpenDataset(paths, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	for n := range 6 * epoch {
+		read, skipped := open(), open()
+		want := take(t, read, n+after)[n:]
+		if err := skipped.Skip(int64(n)); err != nil {
+			t.Fatal(err)
+		}
+		if got := take(t, skipped, after); !slices.Equal(got, want) || skipped.Epoch() != read.Epoch() {
+			t.Fatalf("after skipping %d: %v in epoch %d, reading gives %v in epoch %d", n, got, skipped.Epoch(), want, read.Epoch())
+		}
+	}
+	const huge = int64(1) << 62
+	d := open()
+	if err := d.Skip(huge); err != nil {
+		t.Fatal(err)
+	}
+	// Reading m >= 1 records ends in epoch (m-1)/epoch: the next one starts as Next reads on.
+	if want := uint64((huge - 1) / epoch); d.Epoch() != want {
+		t.Errorf("epoch %d after skipping %d records of %d an epoch, want %d", d.Epoch(), huge, epoch, want)
+	}
+}
+
 func TestDatasetBatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var buf bytes.Buffer
