@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 
-	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/tf/atomicfile"
 	"github.com/gorovod/gorovod/tf/checkpoint"
 )
@@ -58,10 +58,11 @@ func withInputPosition(save checkpoint.SaveFunc, pos inputPosition) checkpoint.S
 	}
 }
 
-// readInputPosition returns the position of the checkpoint prefix of global step step. A
-// checkpoint without the file (one written before it existed, or by TensorFlow) falls back to
-// one batch per step, exact when no update was skipped, drawn by an unknown number of ranks.
-func readInputPosition(prefix string, step int64) (inputPosition, error) {
+// readInputPosition returns the position of the checkpoint prefix of global step step, for a run
+// of batchSize examples a batch. A checkpoint without the file (one written before it existed,
+// or by TensorFlow) falls back to one batch per step, exact when no update was skipped, drawn by
+// an unknown number of ranks.
+func readInputPosition(prefix string, step int64, batchSize int) (inputPosition, error) {
 	path := prefix + positionSuffix
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -79,6 +80,11 @@ func readInputPosition(prefix string, step int64) (inputPosition, error) {
 	}
 	if pos.Ranks < 0 || pos.Examples < 0 || pos.BatchSize < 0 {
 		return inputPosition{}, fmt.Errorf("resume: %s says %d ranks drew %d examples in batches of %d", path, pos.Ranks, pos.Examples, pos.BatchSize)
+	}
+	// A file that does not count the examples has them reckoned at batchSize: a count past
+	// int64 would wrap around to a negative number, and the data would not be skipped at all.
+	if pos.Examples == 0 && pos.Batches > math.MaxInt64/int64(batchSize) {
+		return inputPosition{}, fmt.Errorf("resume: %s says %d batches were drawn: at %d examples a batch, more examples than an int64 counts", path, pos.Batches, batchSize)
 	}
 	return pos, nil
 }
@@ -112,18 +118,6 @@ func batchChangeWarning(prefix string, pos inputPosition, batchSize int) string 
 		"and each rank's data continues after the %d examples it drew", prefix, pos.BatchSize, batchSize, pos.examples(batchSize))
 }
 
-// skipExamples advances ds past n records. Next reads and checks each record's framing but
-// does not decode its features; the shuffle buffer needs the records themselves, so they
-// cannot be seeked over.
-func skipExamples(ds *tfrecord.Dataset, n int64) error {
-	for range n {
-		if _, err := ds.Next(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // updatePosition brings the input position of the latest checkpoint up to drawn batches: an
 // update skipped since it was saved (gradients not finite) drew a batch without a step, so the
 // checkpoint's weights and slots are still this step's but its position is behind, and a run
@@ -133,7 +127,7 @@ func (t *Trainer) updatePosition(drawn inputPosition) error {
 	if err != nil {
 		return err
 	}
-	pos, err := readInputPosition(prefix, step)
+	pos, err := readInputPosition(prefix, step, t.opts.BatchSize)
 	if err != nil || pos.Batches == drawn.Batches {
 		return err
 	}

@@ -89,7 +89,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("Latest: ok=%v err=%v", ok, err)
 		}
-		rp, err := shareCheckpoint(hvd, prefix, t.TempDir())
+		rp, err := shareCheckpoint(hvd, prefix, t.TempDir(), batchSize)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 	continued := func(t *testing.T, rp resumePoint) [][]string {
 		t.Helper()
 		ds := open()
-		if err := skipExamples(ds, rp.examples(batchSize)); err != nil {
+		if err := ds.Skip(rp.examples(batchSize)); err != nil {
 			t.Fatal(err)
 		}
 		return batchGUIDs(t, ds, batchSize, total-int(rp.Batches))
@@ -197,7 +197,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		ckpts, p := saveStep(t, withInputPosition(fakeModel, inputPosition{Batches: drawn, Examples: drawn, BatchSize: 1, Ranks: 1}))
 		rp := resumeAt(t, ckpts)
 		ds := open()
-		if err := skipExamples(ds, rp.examples(batchSize)); err != nil {
+		if err := ds.Skip(rp.examples(batchSize)); err != nil {
 			t.Fatal(err)
 		}
 		want := slices.Collect(slices.Chunk(slices.Concat(batchGUIDs(t, open(), 1, drawn+3*batchSize)...)[drawn:], batchSize))
@@ -214,8 +214,16 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 3}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := manifestOf(p); err == nil || !strings.Contains(err.Error(), p+positionSuffix) {
+		if _, err := manifestOf(p, batchSize); err == nil || !strings.Contains(err.Error(), p+positionSuffix) {
 			t.Fatalf("a position behind the step: %v", err)
+		}
+		// Batches that, reckoned at the batch size, count more examples than an int64 holds:
+		// wrapped around to a negative count, they skipped nothing.
+		if err := os.WriteFile(p+positionSuffix, []byte(`{"batches": 4000000000000000000}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := manifestOf(p, batchSize); err == nil || !strings.Contains(err.Error(), p+positionSuffix+" says 4000000000000000000 batches were drawn") {
+			t.Fatalf("a position past int64's examples: %v", err)
 		}
 	})
 }

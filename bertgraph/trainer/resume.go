@@ -37,12 +37,13 @@ type resumePoint struct {
 // state, not only the model variables that a broadcast of the weights would cover; and the
 // other ranks may not see rank 0's disk. Rank 0 passes its prefix ("" when it starts afresh) and
 // broadcasts the files; the others write them under dir/resume and get their own prefix back.
-// Every rank returns an empty Prefix when there is nothing to resume.
-func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string) (resumePoint, error) {
+// Every rank returns an empty Prefix when there is nothing to resume. batchSize is the run's, at
+// which rank 0 reckons the examples of a position that does not count them.
+func shareCheckpoint(hvd *horovod.Horovod, prefix, dir string, batchSize int) (resumePoint, error) {
 	var man checkpointManifest
 	if hvd.Rank() == 0 && prefix != "" {
 		var err error
-		if man, err = manifestOf(prefix); err != nil {
+		if man, err = manifestOf(prefix, batchSize); err != nil {
 			return resumePoint{}, err
 		}
 	}
@@ -97,13 +98,13 @@ func receiveCheckpoint(hvd *horovod.Horovod, man checkpointManifest, local strin
 	return nil
 }
 
-func manifestOf(prefix string) (checkpointManifest, error) {
+func manifestOf(prefix string, batchSize int) (checkpointManifest, error) {
 	man := checkpointManifest{Base: filepath.Base(prefix)}
 	var err error
 	if man.Step, err = checkpoint.StepOf(prefix); err != nil {
 		return man, err
 	}
-	if man.inputPosition, err = readInputPosition(prefix, man.Step); err != nil {
+	if man.inputPosition, err = readInputPosition(prefix, man.Step, batchSize); err != nil {
 		return man, err
 	}
 	files, err := checkpoint.DataShards(prefix)

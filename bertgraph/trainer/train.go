@@ -36,7 +36,7 @@ func (t *Trainer) Start() (Position, error) {
 			prefix = p
 		}
 	}
-	resume, err := shareCheckpoint(t.hvd, prefix, t.opts.Dir)
+	resume, err := shareCheckpoint(t.hvd, prefix, t.opts.Dir, t.opts.BatchSize)
 	if err != nil {
 		return Position{}, err
 	}
@@ -120,7 +120,7 @@ func (t *Trainer) Train(data *tfrecord.Dataset, from Position) (Result, error) {
 	if drawn.Examples == 0 {
 		drawn.Examples = from.Batches * int64(t.opts.BatchSize)
 	}
-	if err := skipExamples(data, drawn.Examples); err != nil {
+	if err := data.Skip(drawn.Examples); err != nil {
 		return Result{Step: from.Step}, t.dataEnded(err, from.Step)
 	}
 	res, err := t.loop(data, from.Step, drawn)
