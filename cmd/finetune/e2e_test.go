@@ -508,3 +508,50 @@ func TestSIGINTOutsideTrainingStopsPromptly(t *testing.T) {
 		}
 	})
 }
+
+// SIGINT to rank 1 after it agreed to its last step, while rank 0 still trains it and writes
+// the final checkpoint: too late to stop the training, it stops the job from there as a signal
+// to any rank does, saying so and exiting 130 (mpirun then ends rank 0's work after training),
+// not 0 as a rank that was never interrupted.
+func TestSIGINTToRank1AfterItsLastStepStopsTheJob(t *testing.T) {
+	model := tinyModel(t, false)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 320, 4, 4)
+	// 320 examples, 32 a batch, 2 ranks: 5 steps, each long enough to hold rank 0 within it.
+	cmd := mpirun(t, 2, tinyFlags(model, data, out, "--do_train", "--train_batch_size=32", "--num_train_epochs=1", "--export_dir=none")...)
+	log := startUntilOutput(t, cmd, "backend; model")
+	pids := rankPIDs(t, cmd.Process.Pid)
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(log.String(), "step 4/5:"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no step 4 within 60s:\n%s", log.String())
+		}
+	}
+	// Rank 0 is held in step 5, whose allreduce rank 1 has submitted (its stop request 0) when
+	// the signal reaches it: the ranks agree to go on, and step 5 is the last.
+	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "step 5/5:") {
+		syscall.Kill(pids[0], syscall.SIGCONT)
+		t.Fatalf("rank 0 was past step 5 before it could be held:\n%s", log.String())
+	}
+	time.Sleep(3 * time.Second)
+	sent := time.Now()
+	if err := syscall.Kill(pids[1], syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := syscall.Kill(pids[0], syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	code, took := waitExit(t, cmd, sent, 60*time.Second)
+	output := log.String()
+	t.Logf("SIGINT to rank 1 after its last step: exit %d after %v", code, took.Round(time.Millisecond))
+	if code != 130 || !strings.Contains(output, "finetune[rank 1]: interrupt: stopped after training, exiting") || !strings.Contains(output, "step 5/5:") {
+		t.Errorf("exit %d (want 130), or rank 1 did not say it stopped after training, or step 5 was not trained:\n%s", code, output)
+	}
+	if got := latestStep(t, out); got != 5 {
+		t.Errorf("latest checkpoint %d, want the last step's, 5", got)
+	}
+}

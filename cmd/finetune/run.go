@@ -162,6 +162,16 @@ func (j *job) run() error {
 		return err
 	}
 	if j.rank != 0 {
+		// A signal that came too late to stop the training (after this rank agreed to its last
+		// step) or the setup stops the job from here, as a signal to any rank does: exiting
+		// 128+n makes mpirun end rank 0's evaluation, prediction or export, which a signal
+		// stops without partial output. Rank 0's final checkpoint is complete: this rank's
+		// Shutdown (MPI_Finalize) returned only once rank 0 had entered its own, after it.
+		if sig := j.stop.requested(); sig != nil && j.cfg.DoTrain {
+			return errInterrupted{sig, "after training"}
+		} else if sig != nil {
+			return errInterrupted{sig, "after setup"}
+		}
 		return nil
 	}
 	if j.cfg.DoEval {
