@@ -2,6 +2,7 @@ package horovod
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -272,6 +273,17 @@ func agree(name string, e *entry, size int) *response {
 			if s != nil {
 				resp.firstDims[r] = s.shape[0]
 			}
+		}
+		// Each rank's part fits an int of bytes (checkShape, as its message is read), not
+		// necessarily their sum: wrapped around, it would size the result negative and panic
+		// the background loop, where damaged first dimensions must fail the operation.
+		row, bytes := rowBytes(ref), 0
+		for _, d := range resp.firstDims {
+			if d*row > math.MaxInt-bytes {
+				resp.err = &Error{Op: "allgather", Tensor: name, Reason: fmt.Sprintf("first dimensions %v of %d-byte rows gather more bytes than an int counts", resp.firstDims, row)}
+				return resp
+			}
+			bytes += d * row
 		}
 	}
 	return resp

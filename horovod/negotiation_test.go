@@ -1,7 +1,9 @@
 package horovod
 
 import (
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,6 +62,12 @@ func TestAgree(t *testing.T) {
 	g1 := &spec{name: "g", kind: kindAllgather, dtype: Int32, shape: []int{5, 3}}
 	if resp := agree("g", &entry{specs: []*spec{g0, nil, g1}}, 3); resp.err != nil || !slices.Equal(resp.firstDims, []int{2, 0, 5}) {
 		t.Errorf("allgather: %+v", resp)
+	}
+	// Each part fits an int of bytes, their sum does not: a damaged first dimension fails the
+	// operation instead of sizing its result negative.
+	huge := &spec{name: "g", kind: kindAllgather, dtype: Int32, shape: []int{math.MaxInt / 12, 3}}
+	if resp := agree("g", &entry{specs: []*spec{huge, g1}}, 2); resp.err == nil || !strings.Contains(resp.err.Reason, "gather more bytes than an int counts") {
+		t.Errorf("allgather of %d+5 rows of 12 bytes: %+v (%d bytes)", huge.shape[0], resp.err, gatheredBytes(resp))
 	}
 	root := &spec{name: "r", kind: kindBroadcast, dtype: Int32, shape: []int{1}, root: 1}
 	if resp := agree("r", &entry{specs: []*spec{root, nil}}, 2); resp.err == nil || resp.err.Reason != "root rank 1 has joined" {
