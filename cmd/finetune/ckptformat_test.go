@@ -14,12 +14,7 @@ import (
 // naming the file and how to go on; --init_checkpoint with it then starts a new run from its
 // weights.
 func TestOldFormatCheckpointIsRefusedForResumeAndInitialisesANewRun(t *testing.T) {
-	model := tinyModel(t, false)
-	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
-	writeData(t, data, 16, 4, 4)
-	flags := tinyFlags(model, data, out, "--do_train", "--train_batch_size=4", "--num_train_epochs=1")
-	mustSucceed(t, exec.Command(finetuneBinary(t), flags...))
-	step := latestStep(t, out)
+	model, data, flags, out, step := trainedTinyRun(t)
 	prefix := filepath.Join(out, fmt.Sprintf("model.ckpt-%d", step))
 	// The checkpoint an older run would have left: the SaverDef's keys.
 	for _, suffix := range []string{".index", ".data-00000-of-00001"} {

@@ -261,12 +261,7 @@ func TestDamagedTrainingFeaturesAreConvertedAgain(t *testing.T) {
 // resume removed it. Renamed one step back, the checkpoint holds another global_step than its name
 // says, which every rank's restore refuses.
 func TestFailedResumeLeavesNoReceivedCopy(t *testing.T) {
-	model := tinyModel(t, false)
-	data, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
-	writeData(t, data, 16, 4, 4)
-	flags := tinyFlags(model, data, out, "--do_train", "--train_batch_size=4", "--num_train_epochs=1")
-	mustSucceed(t, exec.Command(finetuneBinary(t), flags...))
-	last := latestStep(t, out)
+	_, _, flags, out, last := trainedTinyRun(t)
 	from, to := fmt.Sprintf("model.ckpt-%d", last), fmt.Sprintf("model.ckpt-%d", last-1)
 	files, _ := filepath.Glob(filepath.Join(out, from+".*"))
 	for _, f := range files {

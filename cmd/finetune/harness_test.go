@@ -120,6 +120,19 @@ func tinyFlags(model, dataDir, outputDir string, extra ...string) []string {
 		"--max_seq_length=32", "--threads=1", "--inter_op_threads=1", "--log_step_count_steps=1"}, extra...)
 }
 
+// trainedTinyRun trains the tiny model for one epoch of 16 examples, batch 4, on one rank into a
+// new output directory, and returns the model, the data directory, the run's flags, its output
+// directory and the global step of its latest checkpoint: a finished run to resume from.
+func trainedTinyRun(t *testing.T) (model, data string, flags []string, out string, step int64) {
+	t.Helper()
+	model = tinyModel(t, false)
+	data, out = t.TempDir(), filepath.Join(t.TempDir(), "out")
+	writeData(t, data, 16, 4, 4)
+	flags = tinyFlags(model, data, out, "--do_train", "--train_batch_size=4", "--num_train_epochs=1")
+	mustSucceed(t, exec.Command(finetuneBinary(t), flags...))
+	return model, data, flags, out, latestStep(t, out)
+}
+
 // mpirun returns the command that runs finetune on np ranks.
 func mpirun(t *testing.T, np int, args ...string) *exec.Cmd {
 	t.Helper()
