@@ -251,6 +251,11 @@ func checkWritable(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	return probeFile(dir)
+}
+
+// probeFile proves that a file can be created in the directory dir, leaving none.
+func probeFile(dir string) error {
 	f, err := os.CreateTemp(dir, ".write-probe-*")
 	if err != nil {
 		return fmt.Errorf("%s is not writable: %w", dir, err)
@@ -260,9 +265,9 @@ func checkWritable(dir string) error {
 	return os.Remove(name)
 }
 
-// checkCreatable proves, without creating anything, that dir is a directory or can be made one
-// that takes files: its nearest existing ancestor (dir itself when it exists) is a directory
-// in which a file can be created.
+// checkCreatable proves, without creating dir, that it is a directory or can be made one that
+// takes files: its nearest existing ancestor (dir itself when it exists) is a directory in
+// which a file can be created.
 func checkCreatable(dir string) error {
 	p := dir
 	for {
@@ -279,14 +284,9 @@ func checkCreatable(dir string) error {
 		}
 		return err
 	}
-	f, err := os.CreateTemp(p, ".write-probe-*")
-	if err != nil && p == dir {
-		return fmt.Errorf("%s is not writable: %w", dir, err)
+	err := probeFile(p)
+	if err != nil && p != dir {
+		return fmt.Errorf("%s cannot be created: %w", dir, err)
 	}
-	if err != nil {
-		return fmt.Errorf("%s cannot be created in %s: %w", dir, p, err)
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
+	return err
 }
