@@ -8,12 +8,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/features"
 	"github.com/gorovod/gorovod/bertgraph/schedule"
 	"github.com/gorovod/gorovod/bertgraph/tfrecord"
 	"github.com/gorovod/gorovod/bertgraph/trainer"
@@ -219,5 +221,74 @@ print(json.dumps([[e.step, e.session_log.status] for e in tf.compat.v1.train.sum
 			t.Fatalf("step %d has several points: %v", e[0], got)
 		}
 		seen[e[0]] = true
+	}
+}
+
+// On one rank, Train is the schedule's steps of TrainStep then Apply, by hand: each step's
+// batch is the next of the data, its dropout seed (Seed + rank, step), its learning rate the
+// schedule's at the step before the update, its clip norm ClipNorm, and its gradient scale 1
+// (the average over one rank). Rank 0 saves every SaveCheckpointsSteps steps and after the
+// last one.
+func TestTrainIsTrainStepThenApplyEveryStep(t *testing.T) {
+	const seed, clip = 7, 0.5
+	hvd, model, sched := tinyRun(t, 1, 1e-3) // 4 steps of a learning rate decaying to 0
+	dir := t.TempDir()
+	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, Seed: seed, ClipNorm: clip,
+		SaveCheckpointsSteps: 3, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := tr.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	openData := func() *tfrecord.Dataset {
+		data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{Repeat: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { data.Close() })
+		return data
+	}
+	res, err := tr.Train(openData(), from)
+	if err != nil || res.Step != sched.TrainSteps {
+		t.Fatalf("Train: step %d, %v; want the schedule's %d steps", res.Step, err, sched.TrainSteps)
+	}
+
+	byHand, err := bertgraph.Load(tinyModel, bertgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byHand.Close()
+	data := openData()
+	grads := byHand.NewFlatTensors()
+	batch := features.NewBatch(8, byHand.MaxSeqLength())
+	for step := range sched.TrainSteps {
+		if err := data.ReadBatch(batch, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := byHand.TrainStep(batch, bertgraph.DropoutSeed{seed, step}, grads); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := byHand.Apply(grads, 1, float32(sched.LearningRate(step)), clip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trained, want := model.NewFlatTensors(), byHand.NewFlatTensors()
+	if err := model.ReadVariables(trained); err != nil {
+		t.Fatal(err)
+	}
+	if err := byHand.ReadVariables(want); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range model.Variables() {
+		if !slices.Equal(trained.Parts[i], want.Parts[i]) {
+			t.Fatalf("%s after Train differs from TrainStep then Apply by hand", v.Name)
+		}
+	}
+
+	indexes, _ := filepath.Glob(filepath.Join(dir, "model.ckpt-*.index"))
+	if want := []string{filepath.Join(dir, "model.ckpt-3.index"), filepath.Join(dir, "model.ckpt-4.index")}; !slices.Equal(indexes, want) {
+		t.Errorf("checkpoints %v, want %v: every 3 steps and the last", indexes, want)
 	}
 }
