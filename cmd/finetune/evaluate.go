@@ -27,30 +27,18 @@ func (j *job) evaluate(step int64) error {
 	}
 	defer r.Close()
 	defer stream.Close()
-	var total bertgraph.EvalStats
-	var batchLoss float64
-	batches := 0
+	var sums evalSums
 	err = inBatchOrder(stream.Next, j.inferenceBatches, j.stopCheck("during evaluation"), j.model.Eval, func(_ *features.Batch, st bertgraph.EvalStats) error {
-		total.Add(st)
-		if st.Examples > 0 {
-			batchLoss += st.LossSum / float64(st.Examples)
-			batches++
-		}
+		sums.add(st)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if total.Examples == 0 {
+	if sums.total.Examples == 0 {
 		return fmt.Errorf("%s: no examples to evaluate", j.in.dev)
 	}
-	res := evalResult{
-		Accuracy:   float64(total.Correct) / float64(total.Examples),
-		Loss:       total.LossSum / float64(total.Examples),
-		BatchLoss:  batchLoss / float64(batches),
-		GlobalStep: step,
-		Examples:   total.Examples,
-	}
+	res := sums.result(step)
 	if c.AMP != "" {
 		res.Precision = j.model.Precision().String()
 		if j.model.Precision() == bertgraph.Float16 && j.lossScale != 0 {
@@ -66,7 +54,7 @@ func (j *job) evaluate(step int64) error {
 		j.console.infof("warning: the evaluation's TensorBoard events could not be written: %v (eval_results.txt has them)", err)
 	}
 	j.console.infof("***** Eval results ***** (%d examples of %s, %d bad lines skipped, %s, in %v) -> %s",
-		total.Examples, j.in.dev, r.Counts().Skipped, j.batchesAtOnce(), time.Since(start).Round(time.Millisecond), path)
+		res.Examples, j.in.dev, r.Counts().Skipped, j.batchesAtOnce(), time.Since(start).Round(time.Millisecond), path)
 	j.console.infof("  eval_accuracy = %s", pyFloat32(res.Accuracy))
 	j.console.infof("  eval_loss = %s", pyFloat32(res.Loss))
 	j.console.infof("  global_step = %d", res.GlobalStep)
@@ -78,6 +66,34 @@ func (j *job) evaluate(step int64) error {
 		j.console.infof("  precision = %s", res.Precision)
 	}
 	return nil
+}
+
+// evalSums accumulates eval_step's batches into run_classifier's metrics: accuracy and
+// eval_loss over the real examples, and Estimator's loss, the mean over batches of each
+// batch's mean loss (a batch of padding alone has none, and does not count).
+type evalSums struct {
+	total     bertgraph.EvalStats
+	batchLoss float64 // the sum of the batches' mean losses
+	batches   int
+}
+
+func (s *evalSums) add(st bertgraph.EvalStats) {
+	s.total.Add(st)
+	if st.Examples > 0 {
+		s.batchLoss += st.LossSum / float64(st.Examples)
+		s.batches++
+	}
+}
+
+// result is the metrics at global step step; at least one real example was added.
+func (s *evalSums) result(step int64) evalResult {
+	return evalResult{
+		Accuracy:   float64(s.total.Correct) / float64(s.total.Examples),
+		Loss:       s.total.LossSum / float64(s.total.Examples),
+		BatchLoss:  s.batchLoss / float64(s.batches),
+		GlobalStep: step,
+		Examples:   s.total.Examples,
+	}
 }
 
 // predict runs test.tsv through predict on rank 0 and writes test_results.tsv, one row of class

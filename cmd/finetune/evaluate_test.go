@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/bertgraph"
 	"github.com/gorovod/gorovod/bertgraph/features"
 )
 
@@ -192,5 +193,22 @@ func TestInferenceBatches(t *testing.T) {
 			t.Errorf("inferenceBatches(%d cores, %d intra, %d inter, gpu %v) = %d, want %d",
 				tc.cores, tc.intra, tc.inter, tc.gpu, got, tc.want)
 		}
+	}
+}
+
+// The metrics of eval_results.txt from eval_step's batches: accuracy and eval_loss over the
+// real examples, loss the mean of the batches' mean losses, a batch of padding alone left out.
+func TestEvalSumsMetrics(t *testing.T) {
+	var s evalSums
+	for _, st := range []bertgraph.EvalStats{
+		{LossSum: 2, Correct: 3, Examples: 4}, // mean loss 0.5
+		{LossSum: 3, Correct: 0, Examples: 1}, // mean loss 3, the last batch's one real example
+		{},                                    // padding alone
+	} {
+		s.add(st)
+	}
+	want := evalResult{Accuracy: 0.6, Loss: 1, BatchLoss: 1.75, GlobalStep: 9, Examples: 5}
+	if got := s.result(9); got != want {
+		t.Errorf("metrics %+v, want %+v", got, want)
 	}
 }
