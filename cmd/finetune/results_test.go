@@ -56,6 +56,14 @@ func TestEvalAndTestResultFiles(t *testing.T) {
 	if want := "eval_accuracy = 0.875\neval_loss = 0.3\nglobal_step = 120\nloss = 0.31\nloss_scale = 16384.0\nprecision = float16\n"; string(b) != want {
 		t.Fatalf("eval_results.txt:\n%s\nwant\n%s", b, want)
 	}
+	// A bfloat16 run has no loss scale: the precision alone.
+	if err := writeEvalResults(p, evalResult{Accuracy: 0.875, Loss: 0.3, BatchLoss: 0.31, GlobalStep: 120, Precision: "bfloat16"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(p)
+	if want := "eval_accuracy = 0.875\neval_loss = 0.3\nglobal_step = 120\nloss = 0.31\nprecision = bfloat16\n"; string(b) != want {
+		t.Fatalf("eval_results.txt:\n%s\nwant\n%s", b, want)
+	}
 	tp := filepath.Join(dir, "test_results.tsv")
 	w, err := createTestResults(tp)
 	if err != nil {
