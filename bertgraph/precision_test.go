@@ -169,6 +169,7 @@ func TestAMPPrecisionChoosesByHardware(t *testing.T) {
 		{"", false, amx, Float32, "--amp off"},
 		{"false", true, amx, Float32, "--amp off"},
 		{"true", true, none, Float16, "loss scaling"},
+		{"true", true, amx, Float16, "loss scaling"}, // a GPU computes, whatever its host CPU has
 		{"true", false, amx, BFloat16, "amx_bf16 yes"},
 		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (avx512_bf16 no, amx_bf16 no)"},
 		{"bf16", false, none, BFloat16, "forced"},
