@@ -143,6 +143,12 @@ func TestValuesReusesBuffer(t *testing.T) {
 	if err != nil || &got[0] != &buf[0] || !slices.Equal(got, []int32{1, 2, 3}) {
 		t.Errorf("Values into a large enough buffer: %v %v, same storage %v", got, err, &got[0] == &buf[0])
 	}
+	// A buffer of exactly the tensor's size is reused too: bertgraph reads each variable into
+	// its part of one flat buffer, and the last part has no capacity to spare.
+	exact := make([]int32, 3)
+	if got, _ = Values(tensor, exact[:0]); &got[0] != &exact[0] || !slices.Equal(exact, []int32{1, 2, 3}) {
+		t.Errorf("Values into a buffer of exactly its size: %v, same storage %v", exact, &got[0] == &exact[0])
+	}
 	small := make([]int32, 0, 2)
 	got, _ = Values(tensor, small)
 	if !slices.Equal(got, []int32{1, 2, 3}) {
