@@ -164,6 +164,9 @@ func TestExportedServingModelPredictsLikeGo(t *testing.T) {
 			if d := math.Abs(float64(py.Logits[i][j] - goPred.Logits[i*2+j])); d > 1e-5 {
 				t.Errorf("example %d label %d: Python logit %v, Go %v", i, j, py.Logits[i][j], goPred.Logits[i*2+j])
 			}
+			if d := math.Abs(float64(py.Probabilities[i][j] - goPred.Row(i)[j])); d > 1e-5 {
+				t.Errorf("example %d label %d: Python probability %v, Go %v", i, j, py.Probabilities[i][j], goPred.Row(i)[j])
+			}
 		}
 	}
 	// The export carries the trained weights, not the exporter's.
