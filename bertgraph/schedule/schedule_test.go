@@ -21,6 +21,9 @@ func TestStepsFollowRunClassifierDividedBySize(t *testing.T) {
 		{1000, 32, 1, 3, 0.1, 93, 9, 5e-5},
 		// Two ranks halve the steps and double the rate.
 		{1000, 32, 2, 3, 0.1, 46, 4, 1e-4},
+		// The warmup is a proportion of the whole steps, as run_classifier's int(num_train_steps *
+		// warmup_proportion): int(93*0.9) = 83, where the fractional 93.75 steps would give 84.
+		{1000, 32, 1, 3, 0.9, 93, 83, 5e-5},
 		// Fractional epochs and no warmup.
 		{500, 8, 4, 0.5, 0, 7, 0, 2e-4},
 	} {
