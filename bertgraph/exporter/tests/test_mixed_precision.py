@@ -53,6 +53,8 @@ def test_only_matrix_products_run_in_the_compute_dtype(model_dir, dtype):
     # summing over broadcast batch dimensions (none here: a reshape of the product).  Any other
     # op with T=dtype would be element-wise work (Mul, Erf, Softmax...) the policy keeps float32.
     assert set(low) <= {"MatMul", "BatchMatMulV2", "Sum", "Reshape", "Shape"}, low
+    # The output layer (and its gradient) stays float32: its logits feed the loss directly.
+    assert "float32" in ops["MatMul"], ops["MatMul"]
     assert "bfloat16" not in str(_dtypes_of(m, contract.TRAIN_STEP))
     assert "float16" not in str(_dtypes_of(m, contract.TRAIN_STEP))
 
@@ -67,6 +69,10 @@ def test_mixed_gradients_are_float32_and_close(model_dir, dtype, rtol):
     loss32, g32 = _grads(m, c, contract.TRAIN_STEP, batch)
     loss, g = _grads(m, c, contract.MIXED_TRAIN_STEPS[dtype], batch)
     assert all(x.dtype == np.float32 for x in g)
+    # float32 in value, not only in dtype: gradients rounded to the compute dtype (then cast
+    # back) would lose what the float32 sums of the backward pass keep.
+    rounded = tf.cast(tf.cast(_flat(g), dtype), tf.float64).numpy()
+    assert not np.array_equal(rounded, _flat(g))
     assert abs(loss - loss32) < rtol * loss32
     a, b = _flat(g32), _flat(g)
     assert np.linalg.norm(a - b) < rtol * np.linalg.norm(a)
