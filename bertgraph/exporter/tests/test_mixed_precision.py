@@ -130,8 +130,16 @@ def test_scale_grows_after_growth_interval_finite_steps_and_never_drops_below_on
               for g in (finite, finite, finite, finite, nan, finite, finite, finite)]
     # Doubled after 3 finite steps; an overflow halves it and restarts the count.
     assert scales == [4, 4, 8, 8, 4, 4, 4, 8]
+    # Setting the scale restarts the count of finite steps (here one already counted).
+    _apply(m, c, finite, 1.0)
+    _set_scale(m, 4.0, 3)
+    assert [float(_apply(m, c, finite, 1.0)["loss_scale"]) for _ in range(3)] == [4, 4, 8]
     _set_scale(m, 1.0, 3)
     assert float(_apply(m, c, nan, 1.0)["loss_scale"]) == 1.0
+    # Doubling 2^127 overflows float32: the scale stays, as LossScaleOptimizer's does, rather
+    # than turning infinite (every later step would then overflow and be skipped).
+    _set_scale(m, 2.0 ** 127, 1)
+    assert float(_apply(m, c, finite, 1.0)["loss_scale"]) == 2.0 ** 127
     _set_scale(m, 4.0, 0)  # static: never changes
     assert [float(_apply(m, c, g, 1.0)["loss_scale"]) for g in (nan, finite, finite, finite)] \
         == [4.0] * 4
