@@ -337,3 +337,24 @@ def test_missing_init_checkpoint_is_a_one_line_error(tmp_path, capsys):
     missing = tmp_path / "nowhere" / "bert_model.ckpt"
     with pytest.raises(ValueError, match=f"--init_checkpoint {missing}: cannot read a checkpoint at {missing}: "):
         export.export_tiny(tmp_path / "m", 2, SEQ, init_checkpoint=str(missing), log=lambda s: None)
+
+
+def test_clip_norm_is_the_input_not_one(dropout_off):
+    """Clipping reads the clip_norm input (every other test passes the default 1).  Checked on
+    the first moment: after one step from zero slots it is (1 - beta1) x the clipped gradient,
+    while the parameters' first Adam step is about lr x sign(g) whatever the gradient's size."""
+    c = contract.read(dropout_off)
+    m = tf.saved_model.load(str(dropout_off))
+    names = [v["name"] for v in c["variables"]]
+    params = _variables(m, c)
+    zeros = [np.zeros_like(p) for p in params]
+    rng = np.random.default_rng(9)
+    grads = [(rng.standard_normal(p.shape) / np.sqrt(p.size)).astype(np.float32) for p in params]
+    clip = 0.25
+    out = _apply(m, c, grads, 1.0, clip_norm=clip)
+    params, ms, _, norm = _numpy_adamw(params, grads, zeros, zeros, names, 1e-2, clip)
+    assert bool(out["applied"]) and norm > 4 * clip
+    for name, want in zip(names, ms):
+        np.testing.assert_allclose(_slot(m, "adam_m", name), want, rtol=1e-5, atol=1e-9, err_msg=name)
+    for got, want, name in zip(_variables(m, c), params, names):
+        np.testing.assert_allclose(got, want, atol=1e-6, err_msg=name)
