@@ -342,6 +342,27 @@ def test_missing_init_checkpoint_is_a_one_line_error(tmp_path, capsys):
         export.export_tiny(tmp_path / "m", 2, SEQ, init_checkpoint=str(missing), log=lambda s: None)
 
 
+def test_train_step_ignores_padding_examples(dropout_off):
+    """A batch padded with is_real_example 0 rows (the last, short batch of an epoch) trains as
+    the batch of its real rows alone: the loss is the mean over the real examples, not over the
+    batch, and the gradients are those of the real rows."""
+    c = contract.read(dropout_off)
+    m = tf.saved_model.load(str(dropout_off))
+    batch = _batch(n=6, seed=8)
+    real = np.array([1, 0, 1, 1, 0, 1], bool)
+    batch["is_real_example"] = tf.constant(real.astype(np.int32))
+    alone = {k: tf.constant(v.numpy()[real]) for k, v in batch.items()}
+    seed = tf.constant([1, 2], tf.int64)
+    padded = m.signatures["train_step"](**batch, dropout_seed=seed)
+    want = m.signatures["train_step"](**alone, dropout_seed=seed)
+    assert int(padded["examples"]) == int(want["examples"]) == 4
+    assert int(padded["correct"]) == int(want["correct"])
+    np.testing.assert_allclose(float(padded["loss"]), float(want["loss"]), rtol=1e-6)
+    for v in c["variables"]:
+        np.testing.assert_allclose(padded[v["gradient_key"]], want[v["gradient_key"]],
+                                   rtol=1e-5, atol=1e-7, err_msg=v["name"])
+
+
 def test_clip_norm_is_the_input_not_one(dropout_off):
     """Clipping reads the clip_norm input (every other test passes the default 1).  Checked on
     the first moment: after one step from zero slots it is (1 - beta1) x the clipped gradient,
