@@ -13,6 +13,7 @@ import tensorflow as tf
 from bert import optimization
 
 from bertgraph.exporter import checkpoint, contract, export
+from bertgraph.exporter.config import BertConfig
 from bertgraph.exporter.tests.test_signatures import LABELS, SEQ, _apply, _slot, _variables
 
 
@@ -111,6 +112,13 @@ def _run_classifier_graph(c):
                                       use_tpu=False)
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
     return graph, variables
+
+
+def test_bert_config_defaults_are_googles():
+    # A bert_config.json that leaves a field out means Google's default (type_vocab_size 16, not
+    # HF's 2, which convert_hf sets itself): modeling.BertConfig's, field by field.
+    modeling, _ = _google_modeling()
+    assert BertConfig(vocab_size=30522).to_dict() == vars(modeling.BertConfig(vocab_size=30522))
 
 
 def test_checkpoint_holds_exactly_run_classifiers_variables(model_dir, tmp_path):
