@@ -125,6 +125,47 @@ func TestStopThenResume(t *testing.T) {
 
 // tinyRun is a job of this process alone, the tiny model and the schedule of epochs over the
 // 32 training records in batches of 8 at learning rate lr, closed when the test ends.
+// Start resumes at the batches the checkpoint's input position says were drawn, not at its
+// global step: they differ once an update was skipped, and the next position written counts on
+// from them.
+func TestStartResumesAtTheBatchesDrawn(t *testing.T) {
+	hvd, model, sched := tinyRun(t, 1, 1e-3)
+	dir := t.TempDir()
+	opts := trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1, Logf: t.Logf,
+		Stop: func() os.Signal { return syscall.SIGINT }} // after the first step
+	tr, err := trainer.New(hvd, model, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := tr.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{Repeat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	if res, err := tr.Train(data, from); err != nil || res.Step != 1 {
+		t.Fatalf("first run: step %d, %v; want stopped after step 1", res.Step, err)
+	}
+	prefix, _, _, err := checkpoint.Latest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a run whose update was skipped once before step 1 saves it: 2 batches drawn.
+	if err := os.WriteFile(prefix+".input_position.json", []byte(`{"batches":2,"examples":16,"batch_size":8,"ranks":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts.Stop = nil
+	if tr, err = trainer.New(hvd, model, opts); err != nil {
+		t.Fatal(err)
+	}
+	if from, err = tr.Start(); err != nil || from != (trainer.Position{Step: 1, Batches: 2, Examples: 16}) {
+		t.Errorf("resumed at %+v, %v; want step 1 after 2 batches (16 examples)", from, err)
+	}
+}
+
 func tinyRun(t *testing.T, epochs, lr float64) (*horovod.Horovod, *bertgraph.Model, schedule.Schedule) {
 	t.Helper()
 	hvd, err := horovod.Init()
