@@ -123,8 +123,6 @@ func TestStopThenResume(t *testing.T) {
 	checkWeights(t, model, trainByHand(t, dataOpts, sched, 0, 1))
 }
 
-// tinyRun is a job of this process alone, the tiny model and the schedule of epochs over the
-// 32 training records in batches of 8 at learning rate lr, closed when the test ends.
 // Start resumes at the batches the checkpoint's input position says were drawn, not at its
 // global step: they differ once an update was skipped, and the next position written counts on
 // from them.
@@ -166,6 +164,8 @@ func TestStartResumesAtTheBatchesDrawn(t *testing.T) {
 	}
 }
 
+// tinyRun is a job of this process alone, the tiny model and the schedule of epochs over the
+// 32 training records in batches of 8 at learning rate lr, closed when the test ends.
 func tinyRun(t *testing.T, epochs, lr float64) (*horovod.Horovod, *bertgraph.Model, schedule.Schedule) {
 	t.Helper()
 	hvd, err := horovod.Init()

@@ -114,8 +114,10 @@ func defaultTask() Config {
 // in 8 min 31 s, which with set-up, evaluation and prediction still leaves half a minute; 16,000
 // missed the ten minutes there that afternoon. In float32, 8,000: 9 minutes at 14.9 examples/s on an
 // AMD EPYC with AVX2 alone. (On a GPU --amp computes in float16 whatever the CPU, and either size
-// trains in minutes.) Every rank decides alike on one machine; ranks on CPUs that differ resolve
-// --amp to different precisions, and the job stops before training (checkSamePrecision).
+// trains in minutes.) Every rank decides alike on one machine. Ranks computing on CPUs that
+// differ resolve --amp to different precisions, and the job stops before training
+// (checkSamePrecision); ranks on GPU hosts whose CPUs differ each read their own first lines, and
+// the schedule follows their sum.
 func defaultTrainExamples(cpu bertgraph.CPUBF16) int {
 	if cpu.Supported() {
 		return 14000
@@ -396,6 +398,15 @@ func (c *Config) fromTaskAndModel(set map[string]bool) error {
 		return errors.New(strings.Join(errs, "\n"))
 	}
 	return nil
+}
+
+// exportBase is the directory under which rank 0 exports the serving SavedModel, one
+// subdirectory per step: --export_dir, or output_dir/export by default.
+func (c *Config) exportBase() string {
+	if c.ExportDir == "" {
+		return filepath.Join(c.OutputDir, "export")
+	}
+	return c.ExportDir
 }
 
 // compression is the allreduce's Compression: --compression, with --use_fp16 standing for fp16.

@@ -231,11 +231,7 @@ func inBatchOrder[R any](next func() (*features.Batch, error), n int, stop func(
 // names this run trained with: a classifier on the export tokenises and names labels as training did.
 func (j *job) export(step int64) error {
 	c := &j.cfg
-	base := c.ExportDir
-	if base == "" {
-		base = filepath.Join(c.OutputDir, "export")
-	}
-	dir := filepath.Join(base, strconv.FormatInt(step, 10))
+	dir := filepath.Join(c.exportBase(), strconv.FormatInt(step, 10))
 	opts := bertgraph.ExportOptions{VocabFile: j.in.vocabPath, DoLowerCase: &c.DoLowerCase, LabelNames: c.Labels, KeepTailTokens: c.KeepTailTokens}
 	if err := j.model.ExportServing(dir, opts); err != nil {
 		return err

@@ -188,14 +188,20 @@ func TestRanksReadingAnotherTrainFileFail(t *testing.T) {
 // list: rank 0's, then rank 1's), and checks that it fails with want before training.
 func failsBeforeTraining(t *testing.T, rank0, rank1 []string, want string) {
 	t.Helper()
+	r := runCmd(t, mpmd(t, rank0, rank1))
+	if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
+		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
+	}
+}
+
+// mpmd returns the command that runs a 2-rank job of finetune, each rank with its own flags.
+func mpmd(t *testing.T, rank0, rank1 []string) *exec.Cmd {
+	t.Helper()
 	args := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1", finetuneBinary(t)}, rank0...)
 	args = append(append(args, ":", "-np", "1", finetuneBinary(t)), rank1...)
 	cmd := exec.Command("mpirun", args...)
 	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "TF_CPP_MIN_LOG_LEVEL=2", "CUDA_VISIBLE_DEVICES=")
-	r := runCmd(t, cmd)
-	if r.code == 0 || !strings.Contains(r.output, want) || strings.Contains(r.output, "Running training") {
-		t.Errorf("exit %d, output lacks %q or trained:\n%s", r.code, want, r.output)
-	}
+	return cmd
 }
 
 // Ranks whose --amp resolved to different precisions (here named apart, as --amp=true does on
@@ -223,6 +229,13 @@ func TestRanksGivenOtherTrainingFlagsFail(t *testing.T) {
 	failsBeforeTraining(t, tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=2", "--num_train_epochs=1"),
 		tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=2", "--num_train_epochs=2"),
 		`error: rank(s) 1 were given other settings than rank 0: --num_train_epochs (this rank's "2")`)
+	// A rank that trains beside one that does not is named for that alone.
+	failsBeforeTraining(t, tinyFlags(model, data, out, "--do_train", "--do_eval", "--train_batch_size=2"),
+		tinyFlags(model, data, out, "--do_eval", "--train_batch_size=4"),
+		`error: rank(s) 1 were given other settings than rank 0: --do_train (this rank's "false"): give every rank the same`)
+	// Without training, rank 0 alone evaluates: the training flags need not agree.
+	mustSucceed(t, mpmd(t, tinyFlags(model, data, out, "--do_eval", "--num_train_epochs=1"),
+		tinyFlags(model, data, out, "--do_eval", "--num_train_epochs=2")))
 }
 
 // A damaged record in rank 1's train.tf_record (a bit flipped on disk or in a copy keeps the

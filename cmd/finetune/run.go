@@ -289,7 +289,8 @@ type setting struct{ flag, value string }
 // schedule for 4 steps, failed with "horovod: shut down (Shutdown called on rank 0)" when rank 0
 // finished, and mpirun then ended rank 0 after its evaluation, its export lost, with no reason
 // given. Flags rank 0 alone uses (checkpoints, evaluation, export) and per-rank ones (threads,
-// paths, --seed, from which each rank derives its own) may differ. Labels count once the
+// paths, --seed, from which each rank derives its own) may differ, and so may every other one
+// in a job that does not train. Labels count once the
 // converter has resolved them (nil before: the setup failed, and nothing is compared).
 func (j *job) sharedSettings() []setting {
 	c := &j.cfg
@@ -298,7 +299,13 @@ func (j *job) sharedSettings() []setting {
 	if j.conv != nil {
 		labels = j.conv.Labels().Names()
 	}
-	return []setting{
+	maxTrain := strconv.Itoa(c.MaxTrainExamples)
+	if j.bare {
+		// The default task's count follows each host's CPU (defaultTrainExamples): ranks on GPU
+		// hosts whose CPUs differ read their own first lines, and the schedule follows the sum.
+		maxTrain = ""
+	}
+	settings := []setting{
 		{"do_train", strconv.FormatBool(c.DoTrain)},
 		{"train_batch_size", strconv.Itoa(c.TrainBatchSize)},
 		{"num_train_epochs", fmt.Sprint(c.NumTrainEpochs)},
@@ -311,8 +318,15 @@ func (j *job) sharedSettings() []setting {
 		{"labels", strings.Join(labels, ",")},
 		{"do_lower_case", strconv.FormatBool(c.DoLowerCase)},
 		{"keep_tail_tokens", strconv.Itoa(c.KeepTailTokens)},
-		{"max_train_examples", strconv.Itoa(c.MaxTrainExamples)},
+		{"max_train_examples", maxTrain},
 	}
+	if !c.DoTrain {
+		// Without training, rank 0 alone evaluates and predicts: nothing else is shared.
+		for i := 1; i < len(settings); i++ {
+			settings[i].value = ""
+		}
+	}
+	return settings
 }
 
 // checkSameSettings fails, on every rank alike, when a rank was given another value of a shared
@@ -331,6 +345,9 @@ func checkSameSettings(perRank [][]int64, settings []setting) error {
 					named = true
 				}
 			}
+		}
+		if i == 0 && differ != nil {
+			break // ranks that train beside ranks that do not: their other settings are not shared
 		}
 	}
 	if differ == nil {

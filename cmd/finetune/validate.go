@@ -188,11 +188,7 @@ func validate(c *Config, rank int) (*inputs, error) {
 	// directory", not naming the flag). Checked without creating it, as an interrupted run
 	// would leave the empty directory behind.
 	if c.DoTrain && c.ExportDir != "none" && rank == 0 {
-		base := c.ExportDir
-		if base == "" {
-			base = filepath.Join(c.OutputDir, "export")
-		}
-		if err := checkCreatable(base); err != nil {
+		if err := checkCreatable(c.exportBase()); err != nil {
 			bad(fmt.Errorf("--export_dir: %w", err))
 		}
 	}
