@@ -521,20 +521,25 @@ func TestSIGINTToRank1AfterItsLastStepStopsTheJob(t *testing.T) {
 	cmd := mpirun(t, 2, tinyFlags(model, data, out, "--do_train", "--train_batch_size=32", "--num_train_epochs=1", "--export_dir=none")...)
 	log := startUntilOutput(t, cmd, "backend; model")
 	pids := rankPIDs(t, cmd.Process.Pid)
+	if len(pids) != 2 {
+		cmd.Process.Kill()
+		t.Fatalf("rank processes %v, want 2", pids)
+	}
 	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(log.String(), "step 4/5:"); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			t.Fatalf("no step 4 within 60s:\n%s", log.String())
 		}
 	}
-	// Rank 0 is held in step 5, whose allreduce rank 1 has submitted (its stop request 0) when
-	// the signal reaches it: the ranks agree to go on, and step 5 is the last.
-	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+	// Rank 0 is held in step 5 (or after it, in its final checkpoint: either way rank 1 is past
+	// its last step's agreement, its stop request 0, once it has had the 3 s to get there).
+	switch err := syscall.Kill(pids[0], syscall.SIGSTOP); {
+	case errors.Is(err, syscall.ESRCH):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Skip("rank 0 had ended before it could be held")
+	case err != nil:
 		t.Fatal(err)
-	}
-	if strings.Contains(log.String(), "step 5/5:") {
-		syscall.Kill(pids[0], syscall.SIGCONT)
-		t.Fatalf("rank 0 was past step 5 before it could be held:\n%s", log.String())
 	}
 	time.Sleep(3 * time.Second)
 	sent := time.Now()
@@ -548,6 +553,9 @@ func TestSIGINTToRank1AfterItsLastStepStopsTheJob(t *testing.T) {
 	code, took := waitExit(t, cmd, sent, 60*time.Second)
 	output := log.String()
 	t.Logf("SIGINT to rank 1 after its last step: exit %d after %v", code, took.Round(time.Millisecond))
+	if strings.Contains(output, "finetune[rank 1]: interrupt: exiting after the checkpoint of the last step") {
+		t.Skip("rank 1 had not agreed to step 5 within 3 s: the signal went into that agreement instead")
+	}
 	if code != 130 || !strings.Contains(output, "finetune[rank 1]: interrupt: stopped after training, exiting") || !strings.Contains(output, "step 5/5:") {
 		t.Errorf("exit %d (want 130), or rank 1 did not say it stopped after training, or step 5 was not trained:\n%s", code, output)
 	}
