@@ -59,20 +59,8 @@ func TestStopThenResume(t *testing.T) {
 			}
 			return nil
 		}
-		tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1,
-			Stop: stop, Progress: &reported, Logf: t.Logf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		from, err := tr.Start()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := tfrecord.OpenDataset([]string{trainRecords}, dataOpts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer data.Close()
+		tr, from, data := started(t, hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1,
+			Stop: stop, Progress: &reported, Logf: t.Logf}, dataOpts)
 		start := time.Now()
 		res, err := tr.Train(data, from)
 		if err != nil {
@@ -131,19 +119,7 @@ func TestStartResumesAtTheBatchesDrawn(t *testing.T) {
 	dir := t.TempDir()
 	opts := trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1, Logf: t.Logf,
 		Stop: func() os.Signal { return syscall.SIGINT }} // after the first step
-	tr, err := trainer.New(hvd, model, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := tr.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{Repeat: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer data.Close()
+	tr, from, data := started(t, hvd, model, opts, tfrecord.DatasetOptions{Repeat: true})
 	if res, err := tr.Train(data, from); err != nil || res.Step != 1 {
 		t.Fatalf("first run: step %d, %v; want stopped after step 1", res.Step, err)
 	}
@@ -162,6 +138,26 @@ func TestStartResumesAtTheBatchesDrawn(t *testing.T) {
 	if from, err = tr.Start(); err != nil || from != (trainer.Position{Step: 1, Batches: 2, Examples: 16}) {
 		t.Errorf("resumed at %+v, %v; want step 1 after 2 batches (16 examples)", from, err)
 	}
+}
+
+// started is a trainer of opts on hvd and model after its Start, and the training records
+// opened with dataOpts, closed when the test ends.
+func started(t *testing.T, hvd *horovod.Horovod, model *bertgraph.Model, opts trainer.Options, dataOpts tfrecord.DatasetOptions) (*trainer.Trainer, trainer.Position, *tfrecord.Dataset) {
+	t.Helper()
+	tr, err := trainer.New(hvd, model, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := tr.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := tfrecord.OpenDataset([]string{trainRecords}, dataOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { data.Close() })
+	return tr, from, data
 }
 
 // tinyRun is a job of this process alone, the tiny model and the schedule of epochs over the
@@ -196,19 +192,7 @@ func TestBadClipNormAndEndingData(t *testing.T) {
 			t.Errorf("ClipNorm %v: %v, want an error naming the clip norm", clip, err)
 		}
 	}
-	tr, err := trainer.New(hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := tr.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer data.Close()
+	tr, from, data := started(t, hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1, Logf: t.Logf}, tfrecord.DatasetOptions{})
 	res, err := tr.Train(data, from)
 	if !errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "ended at step 4 of 8") || !strings.Contains(err.Error(), "Repeat") || res.Step != 4 {
 		t.Errorf("Train over data read once: step %d, %v; want io.EOF at step 4 of 8, naming Repeat", res.Step, err)
@@ -230,19 +214,7 @@ func TestSkippedUpdatesWriteOnePointAStep(t *testing.T) {
 			skipLines = append(skipLines, line)
 		}
 	}
-	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1e30, Logf: logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := tr.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := tfrecord.OpenDataset([]string{trainRecords}, tfrecord.DatasetOptions{Repeat: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer data.Close()
+	tr, from, data := started(t, hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1e30, Logf: logf}, tfrecord.DatasetOptions{Repeat: true})
 	res, err := tr.Train(data, from)
 	if err == nil || !strings.Contains(err.Error(), "not finite for 100 steps in a row") || !strings.Contains(err.Error(), "training diverged") {
 		t.Fatalf("Train: %v, want the divergence after 100 skipped updates", err)
@@ -287,21 +259,9 @@ func TestTrainIsTrainStepThenApplyEveryStep(t *testing.T) {
 	const seed, clip = 7, 0.5
 	hvd, model, sched := tinyRun(t, 1, 1e-3) // 4 steps of a learning rate decaying to 0
 	dir := t.TempDir()
-	tr, err := trainer.New(hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, Seed: seed, ClipNorm: clip,
-		SaveCheckpointsSteps: 3, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := tr.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := tfrecord.DatasetOptions{Repeat: true}
-	data, err := tfrecord.OpenDataset([]string{trainRecords}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer data.Close()
+	tr, from, data := started(t, hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, Seed: seed, ClipNorm: clip,
+		SaveCheckpointsSteps: 3, Logf: t.Logf}, opts)
 	res, err := tr.Train(data, from)
 	if err != nil || res.Step != sched.TrainSteps {
 		t.Fatalf("Train: step %d, %v; want the schedule's %d steps", res.Step, err, sched.TrainSteps)
