@@ -286,3 +286,30 @@ type PathReporter interface {
 	// AllgatherPath is AllreducePath for the last Allgatherv.
 	AllgatherPath() string
 }
+
+// ReduceScatterer is implemented by a Backend with a reduce-scatter of its own (MPI's
+// MPI_Reduce_scatter): each rank receives only its block of the reduction, so no rank holds the
+// whole result. horovod's Reducescatter uses it where the data backend has it, and otherwise
+// reduces the whole tensor with Allreduce and keeps this rank's block (the same result, with a
+// result buffer of the whole tensor's size).
+type ReduceScatterer interface {
+	Backend
+	// ReduceScatter reduces send elementwise over all ranks with op and writes rank r's block of
+	// the result, counts[r] bytes starting at the sum of the counts before it, to recv on rank r.
+	// len(send) == sum(counts), every count a multiple of dt.Size(), len(recv) == counts[Rank],
+	// and send and recv do not overlap. Every rank passes the same counts.
+	ReduceScatter(send, recv []byte, counts []int, dt DType, op ReduceOp) error
+}
+
+// Alltoaller is implemented by a Backend with an all-to-all exchange of its own (MPI's
+// MPI_Alltoallv). horovod's Alltoall uses it where the data backend has it, and otherwise
+// gathers every rank's whole input with Allgatherv and keeps the blocks addressed to this rank
+// (the same result, moving every block to every rank).
+type Alltoaller interface {
+	Backend
+	// Alltoallv sends sendCounts[r] bytes of send to rank r, the blocks in rank order, and
+	// receives recvCounts[r] bytes from rank r into recv, in rank order. len(send) ==
+	// sum(sendCounts), len(recv) == sum(recvCounts), recvCounts[r] on this rank equals
+	// sendCounts[Rank] on rank r, and send and recv do not overlap.
+	Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error
+}
