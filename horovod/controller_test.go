@@ -791,15 +791,16 @@ func TestWireRoundTrip(t *testing.T) {
 	m := &message{joined: true, cached: []byte{5, 0, 128}, groups: []cachedGroup{{"group.3", 2, []byte{6}}}, specs: []*spec{
 		{name: "a/b", kind: kindAllreduce, dtype: Float16, shape: []int{3, 0, 7}, op: Max, prescale: 0.25, postscale: 3, group: "group.2", groupSize: 4},
 		{name: "", kind: kindBroadcast, dtype: Int8, root: 5},
+		{name: "a2a", kind: kindAlltoall, dtype: Int32, shape: []int{9, 2}, splits: []int{0, 1, 2, 0, 3, 0, 0, 3}},
 	}}
 	enc := m.encode(nil)
 	got, err := decodeMessage(enc, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.shutdown || !got.joined || !bytes.Equal(got.cached, m.cached) || len(got.specs) != 2 ||
+	if got.shutdown || !got.joined || !bytes.Equal(got.cached, m.cached) || len(got.specs) != 3 ||
 		len(got.groups) != 1 || got.groups[0].group != "group.3" || got.groups[0].size != 2 || !bytes.Equal(got.groups[0].cached, []byte{6}) ||
-		!got.specs[0].equal(m.specs[0]) || !got.specs[1].equal(m.specs[1]) {
+		!got.specs[0].equal(m.specs[0]) || !got.specs[1].equal(m.specs[1]) || !got.specs[2].equal(m.specs[2]) {
 		t.Fatalf("round trip changed the message: %+v", got)
 	}
 	if ids := slices.Collect(bits(got.cached)); !slices.Equal(ids, []int{0, 2, 23}) {
@@ -1059,5 +1060,27 @@ func TestIdleRoundsBackOffButGoOn(t *testing.T) {
 				t.Errorf("%d idle rounds in %v: want 1 to %d", rounds, idleFor, most)
 			}
 		})
+	}
+}
+
+// A peer's alltoall splits that no rank would send (not one per rank, not summing to the first
+// dimension, negative) and splits on another operation fail the round, naming the operation.
+func TestDecodeRefusesBadSplits(t *testing.T) {
+	for _, c := range []struct {
+		s    *spec
+		want string
+	}{
+		{&spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{3}, splits: []int{1, 2}}, `alltoall "a": 2 splits for 3 ranks`},
+		{&spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{3}, splits: []int{1, 1, 0}}, `alltoall "a": splits [1 1 0] sum to 2 rows, not the first dimension 3`},
+		{&spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{3}, splits: []int{4, -1, 0}}, `alltoall "a": splits [4 -1 0] do not divide`},
+		{&spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{}, splits: []int{0, 0, 0}}, `alltoall "a": a scalar has no first dimension`},
+		{&spec{name: "s", kind: kindReducescatter, dtype: Int32, shape: []int{}}, `reducescatter "s": a scalar has no first dimension`},
+		{&spec{name: "g", kind: kindAllgather, dtype: Int32, shape: []int{3}, splits: []int{1, 1, 1}}, `allgather "g": splits are an alltoall's`},
+		{&spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{3}, splits: []int{0, 0, 0, 3}}, `alltoall "a": 4 splits in a job of 3 ranks`},
+	} {
+		enc := (&message{specs: []*spec{c.s}}).encode(nil)
+		if _, err := decodeMessage(enc, 3); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.s, err, c.want)
+		}
 	}
 }

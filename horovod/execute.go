@@ -112,6 +112,10 @@ func (c *controller) execute(responses []*response) error {
 			}
 		case kindBarrier:
 			err = c.barrier(r)
+		case kindReducescatter:
+			err = c.reducescatter(r)
+		case kindAlltoall:
+			err = c.alltoall(r)
 		}
 		if err != nil {
 			err = fmt.Errorf("horovod: rank %d: %s %q on the %s backend: %w", c.rank, r.spec.kind, r.spec.name, c.data.Name(), err)
@@ -537,6 +541,148 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 	for i, o := range ops {
 		o.finish(batch[i].spec.shape)
 	}
+	return nil
+}
+
+// scatterRows is the number of rows of a reducescatter's first dimension of rows rows that rank
+// rank of size receives: as many as the others, one more on the first rows%size ranks (as
+// Horovod splits them).
+func scatterRows(rows, size, rank int) int {
+	n := rows / size
+	if rank < rows%size {
+		n++
+	}
+	return n
+}
+
+// reducescatter reduces the whole tensor across ranks and leaves each rank its block of rows:
+// through the backend's own reduce-scatter where it has one (backend.ReduceScatterer), else an
+// allreduce of the whole tensor in the fusion buffer of which this rank keeps its block. A rank
+// that has joined contributes zeros, as to an allreduce.
+func (c *controller) reducescatter(r *response) error {
+	s := r.spec
+	req := c.take(s.name)
+	row := rowBytes(s)
+	counts := make([]int, c.size)
+	offset := 0 // of this rank's block in the whole tensor
+	for k := range counts {
+		counts[k] = scatterRows(s.shape[0], c.size, k) * row
+		if k < c.rank {
+			offset += counts[k]
+		}
+	}
+	var in, out []byte
+	if req == nil {
+		in, out = make([]byte, s.bytes()), make([]byte, counts[c.rank])
+	} else {
+		in, out = req.input, c.h.results.get(counts[c.rank]) // all of it written by the reduction
+	}
+	post := s.postscale
+	if s.op == Average {
+		post /= float64(c.size)
+	}
+	c.timeline.start(s.name, "QUEUE", r.ready)
+	c.timeline.end(s.name)
+	names := []string{s.name}
+	rs, native := c.data.(backend.ReduceScatterer)
+	var buf []byte
+	if s.prescale != 1 || !native {
+		// The fusion buffer holds the scaled input (the caller's stays unchanged) or, without a
+		// reduce-scatter of the backend's, the whole reduction.
+		c.fusion.grow(len(in), false)
+		if err := c.fusion.settle(); err != nil {
+			return err
+		}
+		buf = c.fusion.buf
+	}
+	if s.prescale != 1 {
+		parallel.Copy(buf, in, c.h.workers)
+		scale(buf, s.dtype, s.prescale, c.h.workers)
+		in = buf // reduced in place where the backend has no reduce-scatter
+	}
+	if native {
+		if err := c.onWire(kindReducescatter, names, c.backendPhase(kindReducescatter), func() error {
+			return rs.ReduceScatter(in, out, counts, s.dtype, s.op.backendOp())
+		}); err != nil {
+			return err
+		}
+	} else {
+		if err := c.onWire(kindAllreduce, names, c.backendPhase(kindAllreduce), func() error {
+			return c.data.Allreduce(in, buf, s.dtype, s.op.backendOp())
+		}); err != nil {
+			return err
+		}
+		copy(out, buf[offset:offset+len(out)])
+	}
+	scale(out, s.dtype, post, c.h.workers)
+	if req != nil {
+		shape := append([]int{scatterRows(s.shape[0], c.size, c.rank)}, s.shape[1:]...)
+		req.complete(Tensor{DType: s.dtype, Shape: shape, Data: out}, nil)
+	}
+	return nil
+}
+
+// alltoall sends each rank the rows this rank's splits give it and receives the rows every rank
+// sends this one, concatenated in rank order: through the backend's own all-to-all where it has
+// one (backend.Alltoaller), else an allgather of every rank's whole input into the fusion buffer
+// out of which this rank copies the blocks addressed to it. No rank has joined (agree).
+func (c *controller) alltoall(r *response) error {
+	s := r.spec
+	req := c.take(s.name)
+	row := rowBytes(s)
+	sendCounts, recvCounts, received := make([]int, c.size), make([]int, c.size), make([]int, c.size)
+	total := 0
+	for k := range c.size {
+		sendCounts[k] = r.splits[c.rank][k] * row
+		received[k] = r.splits[k][c.rank]
+		recvCounts[k] = received[k] * row
+		total += recvCounts[k]
+	}
+	out := c.h.results.get(total) // all of it written: every rank's block
+	c.timeline.start(s.name, "QUEUE", r.ready)
+	c.timeline.end(s.name)
+	names := []string{s.name}
+	if a, ok := c.data.(backend.Alltoaller); ok {
+		if err := c.onWire(kindAlltoall, names, c.backendPhase(kindAlltoall), func() error {
+			return a.Alltoallv(req.input, sendCounts, out, recvCounts)
+		}); err != nil {
+			return err
+		}
+	} else {
+		inputs := make([]int, c.size) // every rank's whole input, in bytes
+		all := 0
+		for k := range c.size {
+			for _, n := range r.splits[k] {
+				inputs[k] += n * row
+			}
+			all += inputs[k]
+		}
+		c.fusion.grow(all, false)
+		if err := c.fusion.settle(); err != nil {
+			return err
+		}
+		gathered := c.fusion.buf[:all]
+		if err := c.onWire(kindAllgather, names, c.backendPhase(kindAllgather), func() error {
+			return c.data.Allgatherv(req.input, gathered, inputs)
+		}); err != nil {
+			return err
+		}
+		at, written := 0, 0 // rank k's input in gathered; the result so far
+		for k := range c.size {
+			before := 0 // rank k's rows for the ranks before this one
+			for _, n := range r.splits[k][:c.rank] {
+				before += n * row
+			}
+			written += copy(out[written:], gathered[at+before:at+before+recvCounts[k]])
+			at += inputs[k]
+		}
+	}
+	req.received = received
+	shape := append([]int{0}, s.shape[1:]...)
+	for _, n := range received {
+		shape[0] += n
+	}
+	req.complete(Tensor{DType: s.dtype, Shape: shape, Data: out}, nil)
 	return nil
 }
 

@@ -12,9 +12,10 @@ import (
 // response is an operation every rank has submitted (or an error about one), in the order every
 // rank executes them.
 type response struct {
-	spec      *spec  // as agreed (rank-independent fields); for allgather, of the lowest submitting rank
-	firstDims []int  // allgather: each rank's first dimension (0 for a joined rank)
-	err       *Error // non-nil: the operation fails on every rank with this error
+	spec      *spec   // as agreed (rank-independent fields); for allgather, of the lowest submitting rank
+	firstDims []int   // allgather: each rank's first dimension (0 for a joined rank)
+	splits    [][]int // alltoall: each rank's splits (the rows it sends to each rank)
+	err       *Error  // non-nil: the operation fails on every rank with this error
 	ready     time.Time
 }
 
@@ -238,7 +239,7 @@ func agree(name string, e *entry, size int) *response {
 		return resp
 	}
 	switch ref.kind {
-	case kindAllreduce:
+	case kindAllreduce, kindReducescatter:
 		_ = fail("shapes", shapeKey) ||
 			fail("reduce ops", func(s *spec) string { return s.op.String() }) ||
 			fail("prescale factors", func(s *spec) string { return strconv.FormatFloat(s.prescale, 'g', -1, 64) }) ||
@@ -255,9 +256,9 @@ func agree(name string, e *entry, size int) *response {
 				resp.err = &Error{Op: "broadcast", Tensor: name, Reason: fmt.Sprintf("root rank %d has joined", ref.root)}
 			}
 		}
-	case kindAllgather:
+	case kindAllgather, kindAlltoall:
 		if len(ref.shape) == 0 {
-			resp.err = &Error{Op: "allgather", Tensor: name, Reason: "a scalar has no first dimension to gather along"}
+			resp.err = &Error{Op: ref.kind.String(), Tensor: name, Reason: "a scalar has no first dimension to " + map[opKind]string{kindAllgather: "gather", kindAlltoall: "split"}[ref.kind] + " along"}
 			return resp
 		}
 		if fail("shapes beyond the first dimension", func(s *spec) string {
@@ -266,6 +267,10 @@ func agree(name string, e *entry, size int) *response {
 			}
 			return fmt.Sprint(s.shape[1:])
 		}) {
+			return resp
+		}
+		if ref.kind == kindAlltoall {
+			agreeAlltoall(resp, e.specs)
 			return resp
 		}
 		resp.firstDims = make([]int, size)
@@ -287,6 +292,39 @@ func agree(name string, e *entry, size int) *response {
 		}
 	}
 	return resp
+}
+
+// agreeAlltoall fills resp, an alltoall whose shapes agree, with every rank's splits, or fails
+// it where a rank has joined (it would receive rows it never asked for, and send none: Horovod's
+// alltoall refuses Join too) or a rank would receive more bytes than an int counts.
+func agreeAlltoall(resp *response, specs []*spec) {
+	name := resp.spec.name
+	var joined []string
+	for r, s := range specs {
+		if s == nil {
+			joined = append(joined, strconv.Itoa(r))
+		}
+	}
+	if len(joined) > 0 {
+		resp.err = &Error{Op: "alltoall", Tensor: name, Reason: "alltoall does not take part in Join: rank(s) " + strings.Join(joined, ",") + " have joined"}
+		return
+	}
+	resp.splits = make([][]int, len(specs))
+	for r, s := range specs {
+		resp.splits[r] = s.splits
+	}
+	row := rowBytes(resp.spec)
+	for to := range specs {
+		bytes := 0
+		for from := range specs {
+			n := resp.splits[from][to] * row // within rank from's tensor: fits an int (checkShape)
+			if n > math.MaxInt-bytes {
+				resp.err = &Error{Op: "alltoall", Tensor: name, Reason: fmt.Sprintf("rank %d would receive more bytes than an int counts", to)}
+				return
+			}
+			bytes += n
+		}
+	}
 }
 
 // describeByRank renders per-rank values as "A on ranks 0,2; B on rank 1" (empty values skipped).

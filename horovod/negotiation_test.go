@@ -69,6 +69,22 @@ func TestAgree(t *testing.T) {
 	if resp := agree("g", &entry{specs: []*spec{huge, g1}}, 2); resp.err == nil || !strings.Contains(resp.err.Reason, "gather more bytes than an int counts") {
 		t.Errorf("allgather of %d+5 rows of 12 bytes: %+v (%d bytes)", huge.shape[0], resp.err, gatheredBytes(resp))
 	}
+	a0 := &spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{3, 2}, splits: []int{1, 2}}
+	a1 := &spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{4, 2}, splits: []int{4, 0}}
+	if resp := agree("a", &entry{specs: []*spec{a0, a1}}, 2); resp.err != nil || !slices.Equal(resp.splits[0], a0.splits) || !slices.Equal(resp.splits[1], a1.splits) {
+		t.Errorf("alltoall: %+v", resp)
+	}
+	// Rank 0 would receive rank 0's and rank 1's rows for it: past an int of bytes together.
+	hugeA := &spec{name: "a", kind: kindAlltoall, dtype: Int32, shape: []int{math.MaxInt / 12, 3}, splits: []int{math.MaxInt / 12, 0}}
+	a1.shape[1], a1.splits = 3, []int{4, 0}
+	if resp := agree("a", &entry{specs: []*spec{hugeA, a1}}, 2); resp.err == nil || !strings.Contains(resp.err.Reason, "rank 0 would receive more bytes than an int counts") {
+		t.Errorf("alltoall past an int of bytes: %+v", resp.err)
+	}
+	rs0 := &spec{name: "s", kind: kindReducescatter, dtype: Float32, shape: []int{4}, op: Sum, prescale: 1, postscale: 1}
+	rs1 := &spec{name: "s", kind: kindReducescatter, dtype: Float32, shape: []int{4}, op: Max, prescale: 1, postscale: 1}
+	if resp := agree("s", &entry{specs: []*spec{rs0, rs1}}, 2); resp.err == nil || resp.err.Reason != "mismatched reduce ops: sum on rank 0; max on rank 1" {
+		t.Errorf("reducescatter: %+v", resp.err)
+	}
 	root := &spec{name: "r", kind: kindBroadcast, dtype: Int32, shape: []int{1}, root: 1}
 	if resp := agree("r", &entry{specs: []*spec{root, nil}}, 2); resp.err == nil || resp.err.Reason != "root rank 1 has joined" {
 		t.Errorf("broadcast from a joined root: %+v", resp.err)

@@ -21,8 +21,10 @@ type AllreduceOptions struct {
 	Output []byte
 }
 
-func (o AllreduceOptions) factors() (pre, post float64) {
-	pre, post = o.Prescale, o.Postscale
+func (o AllreduceOptions) factors() (pre, post float64) { return scaleFactors(o.Prescale, o.Postscale) }
+
+// scaleFactors reads the options' Prescale and Postscale, where 0 means 1.
+func scaleFactors(pre, post float64) (float64, float64) {
 	if pre == 0 {
 		pre = 1
 	}
@@ -39,6 +41,20 @@ type Handle struct{ req *request }
 func (h *Handle) Wait() (Tensor, error) {
 	<-h.req.done
 	return h.req.result, h.req.err
+}
+
+// ReceivedSplits is, for an alltoall that has completed, the number of rows this rank received
+// from each rank, in rank order (Horovod's received_splits); nil for other operations, and for
+// an alltoall still in flight or failed.
+func (h *Handle) ReceivedSplits() []int {
+	select {
+	case <-h.req.done:
+		if h.req.err == nil {
+			return slices.Clone(h.req.received)
+		}
+	default:
+	}
+	return nil
 }
 
 func (h *Horovod) allreduceRequest(name string, groupSize int, t Tensor, o AllreduceOptions) (*request, error) {
@@ -187,6 +203,118 @@ func (h *Horovod) AllgatherInto(name string, t Tensor, out []byte) (Tensor, erro
 	return h.ctl.awaitOne(req)
 }
 
+// ReducescatterOptions are Horovod's reducescatter arguments. The zero value averages with no
+// scaling.
+type ReducescatterOptions struct {
+	Op ReduceOp
+	// Prescale multiplies each rank's input before the reduction, Postscale the result after it
+	// (after the division of Average); 0 means 1.
+	Prescale, Postscale float64
+}
+
+func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOptions) (*request, error) {
+	if err := checkOperand("reducescatter", name, t); err != nil {
+		return nil, err
+	}
+	if len(t.Shape) == 0 {
+		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: "a scalar has no first dimension to scatter along"}
+	}
+	if o.Op > Product {
+		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
+	}
+	pre, post := scaleFactors(o.Prescale, o.Postscale)
+	return &request{
+		spec: spec{name: name, kind: kindReducescatter, dtype: t.DType, shape: slices.Clone(t.Shape), op: o.Op,
+			prescale: pre, postscale: post},
+		input: t.Data,
+	}, nil
+}
+
+// ReducescatterAsync submits a reducescatter of t (not modified; it must stay unchanged until
+// the handle completes) and returns at once. Every rank must submit a reducescatter of the same
+// name, dtype and shape with the same options.
+func (h *Horovod) ReducescatterAsync(name string, t Tensor, o ReducescatterOptions) (*Handle, error) {
+	req, err := h.reducescatterRequest(name, t, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.ctl.submit(req); err != nil {
+		return nil, err
+	}
+	return &Handle{req}, nil
+}
+
+// Reducescatter reduces t across ranks, as Allreduce does, and returns to each rank only its
+// block of the result's rows, in a new tensor: the first dimension's rows split in rank order,
+// as evenly as they go, the first rows%Size ranks one row more (Horovod's split). A rank that has
+// joined contributes zeros.
+func (h *Horovod) Reducescatter(name string, t Tensor, o ReducescatterOptions) (Tensor, error) {
+	req, err := h.reducescatterRequest(name, t, o)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return h.ctl.awaitOne(req)
+}
+
+func (h *Horovod) alltoallRequest(name string, t Tensor, splits []int) (*request, error) {
+	if err := checkOperand("alltoall", name, t); err != nil {
+		return nil, err
+	}
+	if len(t.Shape) == 0 {
+		return nil, &Error{Op: "alltoall", Tensor: name, Reason: "a scalar has no first dimension to split along"}
+	}
+	size, rows := h.Size(), t.Shape[0]
+	if splits == nil {
+		if rows%size != 0 {
+			return nil, &Error{Op: "alltoall", Tensor: name, Reason: fmt.Sprintf("the first dimension %d does not split evenly among %d ranks: give the splits", rows, size)}
+		}
+		splits = make([]int, size)
+		for i := range splits {
+			splits[i] = rows / size
+		}
+	}
+	if err := checkSplits(splits, rows, size); err != nil {
+		return nil, &Error{Op: "alltoall", Tensor: name, Reason: err.Error()}
+	}
+	return &request{
+		spec:  spec{name: name, kind: kindAlltoall, dtype: t.DType, shape: slices.Clone(t.Shape), splits: slices.Clone(splits)},
+		input: t.Data,
+	}, nil
+}
+
+// AlltoallAsync submits an alltoall of t (not modified; it must stay unchanged until the handle
+// completes) and returns at once; the handle's ReceivedSplits says, once it completes, how many
+// rows came from each rank.
+func (h *Horovod) AlltoallAsync(name string, t Tensor, splits []int) (*Handle, error) {
+	req, err := h.alltoallRequest(name, t, splits)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.ctl.submit(req); err != nil {
+		return nil, err
+	}
+	return &Handle{req}, nil
+}
+
+// Alltoall sends rank r the splits[r] rows of t's first dimension that follow those sent to the
+// ranks before it, and returns, in a new tensor, the rows every rank sent this one, in rank
+// order, with the number that came from each rank (Horovod's alltoall with its received_splits).
+// splits has one count per rank summing to the first dimension; nil splits the rows evenly,
+// which the first dimension must allow. Ranks may send different numbers of rows, but all
+// dimensions after the first, and the dtype, must agree. A rank that has joined fails it, as in
+// Horovod.
+func (h *Horovod) Alltoall(name string, t Tensor, splits []int) (Tensor, []int, error) {
+	req, err := h.alltoallRequest(name, t, splits)
+	if err != nil {
+		return Tensor{}, nil, err
+	}
+	out, err := h.ctl.awaitOne(req)
+	if err != nil {
+		return Tensor{}, nil, err
+	}
+	return out, req.received, nil
+}
+
 func (h *Horovod) broadcastRequest(name string, t Tensor, root int, inPlace bool) (*request, error) {
 	if err := checkOperand("broadcast", name, t); err != nil {
 		return nil, err
@@ -250,6 +378,7 @@ func (h *Horovod) Barrier() error {
 }
 
 // Join tells the other ranks that this one has run out of data: until every rank has joined, it
-// takes part in their allreduces with zeros (Average still divides by Size) and in their
-// allgathers with no rows. It returns, on every rank, the rank that joined last.
+// takes part in their allreduces and reducescatters with zeros (Average still divides by Size)
+// and in their allgathers with no rows; their alltoalls fail. It returns, on every rank, the rank
+// that joined last.
 func (h *Horovod) Join() (lastRank int, err error) { return h.ctl.join() }

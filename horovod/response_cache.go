@@ -37,10 +37,10 @@ func (rc *responseCache) spec(id int, group string, size int) (*spec, error) {
 }
 
 // remember caches an agreed signature: in the slot of its name if it has one, else in a new
-// slot while there is room. An allgather is never cached: each rank's first dimension differs,
-// so there is no shared signature to refer to.
+// slot while there is room. An allgather or alltoall is never cached: each rank's first
+// dimension (and splits) differ, so there is no shared signature to refer to.
 func (rc *responseCache) remember(s *spec) {
-	if s.kind == kindAllgather {
+	if s.kind == kindAllgather || s.kind == kindAlltoall {
 		return
 	}
 	if id, ok := rc.slots[s.name]; ok {

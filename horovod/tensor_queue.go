@@ -7,9 +7,11 @@ type request struct {
 	spec
 	input  []byte
 	output []byte // where the result goes; nil: allocated at execution
-	result Tensor
-	err    error
-	done   chan struct{}
+	// received is an alltoall's rows from each rank, set before it completes.
+	received []int
+	result   Tensor
+	err      error
+	done     chan struct{}
 }
 
 func (r *request) complete(t Tensor, err error) {

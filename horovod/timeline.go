@@ -234,7 +234,7 @@ func (c *controller) onWire(k opKind, names []string, what string, f func() erro
 // the way the backend says it went (backend.PathReporter: SHM_ALLREDUCE, SHM_BCAST,
 // SHM_ALLGATHER where MPI's ranks used shared memory), else as backendPhase does.
 func (c *controller) wentPhase(k opKind) string {
-	if p, ok := c.data.(backend.PathReporter); ok {
+	if p, ok := c.data.(backend.PathReporter); ok && (k == kindAllreduce || k == kindBroadcast || k == kindAllgather) {
 		path := p.AllreducePath()
 		switch k {
 		case kindBroadcast:

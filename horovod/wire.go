@@ -16,6 +16,8 @@ const (
 	kindAllgather
 	kindBroadcast
 	kindBarrier
+	kindReducescatter
+	kindAlltoall
 )
 
 func (k opKind) String() string {
@@ -28,12 +30,16 @@ func (k opKind) String() string {
 		return "broadcast"
 	case kindBarrier:
 		return "barrier"
+	case kindReducescatter:
+		return "reducescatter"
+	case kindAlltoall:
+		return "alltoall"
 	}
 	return fmt.Sprintf("opKind(%d)", uint8(k))
 }
 
 // spec is what a rank says about one named operation during negotiation: everything that must
-// agree across ranks before data moves (for allgather, all but the first dimension).
+// agree across ranks before data moves (for allgather and alltoall, all but the first dimension).
 type spec struct {
 	name      string
 	kind      opKind
@@ -45,6 +51,7 @@ type spec struct {
 	root      int
 	group     string // "" outside a grouped allreduce
 	groupSize int
+	splits    []int // alltoall: the rows of the first dimension this rank sends to each rank
 }
 
 func (s *spec) equal(o *spec) bool {
@@ -55,16 +62,18 @@ func (s *spec) equal(o *spec) bool {
 // a grouped allreduce gets a new group id on every call.
 func (s *spec) sameSignature(o *spec) bool {
 	return s.name == o.name && s.kind == o.kind && s.dtype == o.dtype && slices.Equal(s.shape, o.shape) &&
-		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root
+		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root &&
+		slices.Equal(s.splits, o.splits)
 }
 
 // agreedAsIs reports whether an operation's submissions (by rank, nil where a rank has not
 // submitted) need no checking beyond equality: every one equals ref, a broadcast's root is among
-// them, and the operation is no allgather (whose response carries every rank's first dimension).
+// them, and the operation is no allgather or alltoall (whose responses carry every rank's first
+// dimension or splits).
 // It spares the steady state of a training loop, where every rank submits the same cached
 // signatures round after round, from building a description of each rank's values.
 func agreedAsIs(specs []*spec, ref *spec) bool {
-	if ref.kind == kindAllgather || ref.kind == kindBroadcast && specs[ref.root] == nil {
+	if ref.kind == kindAllgather || ref.kind == kindAlltoall || ref.kind == kindBroadcast && specs[ref.root] == nil {
 		return false
 	}
 	for _, s := range specs {
@@ -138,6 +147,10 @@ func (m *message) encode(buf []byte) []byte {
 		buf = binary.AppendUvarint(buf, uint64(s.root))
 		buf = appendString(buf, s.group)
 		buf = binary.AppendUvarint(buf, uint64(s.groupSize))
+		buf = binary.AppendUvarint(buf, uint64(len(s.splits)))
+		for _, n := range s.splits {
+			buf = binary.AppendUvarint(buf, uint64(n))
+		}
 	}
 	return buf
 }
@@ -224,6 +237,13 @@ func decodeMessage(b []byte, size int) (*message, error) {
 		s.root = int(d.uvarint())
 		s.group = string(d.take(d.uvarint()))
 		s.groupSize = int(d.uvarint())
+		splits := d.uvarint()
+		if d.err == nil && splits > uint64(size) {
+			d.err = fmt.Errorf("%v %q: %d splits in a job of %d ranks", s.kind, s.name, splits, size)
+		}
+		for j := uint64(0); j < splits && d.err == nil; j++ {
+			s.splits = append(s.splits, int(d.uvarint()))
+		}
 		if d.err == nil {
 			d.err = s.check(size)
 		}
@@ -238,7 +258,7 @@ func decodeMessage(b []byte, size int) (*message, error) {
 // check refuses a decoded spec that no rank of size ranks announces, naming its operation.
 func (s *spec) check(size int) error {
 	switch s.kind {
-	case kindAllreduce, kindAllgather, kindBroadcast:
+	case kindAllreduce, kindAllgather, kindBroadcast, kindReducescatter, kindAlltoall:
 		if err := checkShape(s.dtype, s.shape); err != nil {
 			return fmt.Errorf("%v %q: %w", s.kind, s.name, err)
 		}
@@ -253,6 +273,33 @@ func (s *spec) check(size int) error {
 		return fmt.Errorf("%v %q: root rank %d outside 0..%d", s.kind, s.name, uint64(s.root), size-1)
 	case s.groupSize < 0:
 		return fmt.Errorf("%v %q: group %q of %d members", s.kind, s.name, s.group, uint64(s.groupSize))
+	case (s.kind == kindReducescatter || s.kind == kindAlltoall) && len(s.shape) == 0:
+		return fmt.Errorf("%v %q: a scalar has no first dimension", s.kind, s.name)
+	case s.kind == kindAlltoall:
+		if err := checkSplits(s.splits, s.shape[0], size); err != nil {
+			return fmt.Errorf("%v %q: %w", s.kind, s.name, err)
+		}
+	case len(s.splits) != 0:
+		return fmt.Errorf("%v %q: splits are an alltoall's", s.kind, s.name)
+	}
+	return nil
+}
+
+// checkSplits checks an alltoall's splits of rows rows among size ranks: one per rank, none
+// negative, summing to rows.
+func checkSplits(splits []int, rows, size int) error {
+	if len(splits) != size {
+		return fmt.Errorf("%d splits for %d ranks", len(splits), size)
+	}
+	left := rows
+	for r, n := range splits {
+		if n < 0 || n > left {
+			return fmt.Errorf("splits %v do not divide the first dimension %d among the ranks (at rank %d)", splits, rows, r)
+		}
+		left -= n
+	}
+	if left != 0 {
+		return fmt.Errorf("splits %v sum to %d rows, not the first dimension %d", splits, rows-left, rows)
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ func FuzzDecodeMessage(f *testing.F) {
 			grouped,
 			{name: "broadcast/w", kind: kindBroadcast, dtype: Float32, shape: []int{2, 3}, root: size - 1},
 			{name: "gather", kind: kindAllgather, dtype: Int64, shape: []int{5, 2}},
+			{name: "scatter", kind: kindReducescatter, dtype: Float16, shape: []int{4, 3}, op: Max, prescale: 1, postscale: 2},
+			{name: "a2a", kind: kindAlltoall, dtype: Uint8, shape: []int{6, 2}, splits: []int{1, 0, 5}},
 			{name: "barrier", kind: kindBarrier},
 		}},
 	} {

@@ -1,0 +1,370 @@
+package horovod
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// nativeExchange is a data backend with a reduce-scatter and an all-to-all of its own, each
+// computed in Go out of one allgather of every rank's whole input (so its results do not come
+// from the code under test), counting its calls. Without it, the loopback has neither and
+// horovod falls back to Allreduce and Allgatherv.
+type nativeExchange struct {
+	backend.Backend
+	reduceScatters, alltoalls *atomic.Int64
+}
+
+func (n nativeExchange) everyRanks(send []byte) ([][]byte, error) {
+	size := n.Topology().Size
+	counts := make([]int, size)
+	for r := range counts {
+		counts[r] = len(send) // only alike on every rank for a reduce-scatter: see Alltoallv
+	}
+	all := make([]byte, size*len(send))
+	if err := n.Backend.Allgatherv(send, all, counts); err != nil {
+		return nil, err
+	}
+	parts := make([][]byte, size)
+	for r := range parts {
+		parts[r] = all[r*len(send) : (r+1)*len(send)]
+	}
+	return parts, nil
+}
+
+func (n nativeExchange) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
+	n.reduceScatters.Add(1)
+	parts, err := n.everyRanks(send)
+	if err != nil {
+		return err
+	}
+	rank := n.Topology().Rank
+	first := 0
+	for _, c := range counts[:rank] {
+		first += c
+	}
+	first /= dt.Size()
+	for i := range len(recv) / dt.Size() {
+		acc := element(parts[0], dt, first+i)
+		for _, p := range parts[1:] {
+			v := element(p, dt, first+i)
+			switch op {
+			case backend.Sum:
+				acc += v
+			case backend.Min:
+				acc = math.Min(acc, v)
+			case backend.Max:
+				acc = math.Max(acc, v)
+			case backend.Product:
+				acc *= v
+			}
+		}
+		setElement(recv, dt, i, acc)
+	}
+	return nil
+}
+
+// Alltoallv gathers every rank's send counts first (the inputs' lengths differ between ranks),
+// then every input, and keeps the blocks for this rank.
+func (n nativeExchange) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
+	n.alltoalls.Add(1)
+	size, rank := n.Topology().Size, n.Topology().Rank
+	mine := make([]byte, 8*size)
+	for r, c := range sendCounts {
+		view[int64](mine)[r] = int64(c)
+	}
+	everyCounts, err := n.everyRanks(mine)
+	if err != nil {
+		return err
+	}
+	lengths := make([]int, size)
+	offsets := make([][]int, size) // of each rank's block for each rank
+	total := 0
+	for r, b := range everyCounts {
+		for _, c := range view[int64](b) {
+			offsets[r] = append(offsets[r], lengths[r])
+			lengths[r] += int(c)
+		}
+		total += lengths[r]
+	}
+	all := make([]byte, total)
+	if err := n.Backend.Allgatherv(send, all, lengths); err != nil {
+		return err
+	}
+	at, written := 0, 0
+	for r := range size {
+		from := at + offsets[r][rank]
+		written += copy(recv[written:], all[from:from+recvCounts[r]])
+		at += lengths[r]
+	}
+	return nil
+}
+
+// exchangeJob starts size ranks whose data backend has its own reduce-scatter and all-to-all
+// (native) or not, returning the counters of the native calls and of the loopback's.
+func exchangeJob(t *testing.T, size int, native bool) ([]*Horovod, *loopback, *atomic.Int64, *atomic.Int64) {
+	t.Helper()
+	g := newLoopback(size)
+	var reduceScatters, alltoalls atomic.Int64
+	hs, errs := initRanks(g, func(int) []Option {
+		if !native {
+			return nil
+		}
+		return []Option{WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
+			return nativeExchange{control, &reduceScatters, &alltoalls}, nil
+		})}
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, h := range hs {
+			h.Shutdown()
+		}
+	})
+	return hs, g, &reduceScatters, &alltoalls
+}
+
+// Reducescatter leaves each rank its block of the reduction: 7 rows over 3 ranks are 3, 2 and 2
+// (Horovod gives the first rows%size ranks the extra row), each the rows' reduction over the
+// ranks' inputs as computed here, with Average's division and the scale factors, through the
+// backend's reduce-scatter where it has one and an allreduce where it has not.
+func TestReducescatter(t *testing.T) {
+	const size, rows, cols = 3, 7, 2
+	input := func(rank, i int) float64 { return float64((rank+1)*(i%5+1)) - 2 }
+	wantRows := []int{3, 2, 2}
+	for _, native := range []bool{true, false} {
+		hs, g, reduceScatters, _ := exchangeJob(t, size, native)
+		for _, o := range []ReducescatterOptions{
+			{Op: Sum}, {Op: Average}, {Op: Min}, {Op: Max}, {Op: Product},
+			{Op: Average, Prescale: 0.5, Postscale: 3},
+		} {
+			allreduces := g.calls["allreduce"].Load()
+			name := fmt.Sprintf("rs/%v/%v/%v", native, o.Op, o.Prescale)
+			onEveryRank(t, hs, func(h *Horovod) error {
+				in := make([]float64, rows*cols)
+				for i := range in {
+					in[i] = input(h.Rank(), i)
+				}
+				out, err := h.Reducescatter(name, mustTensor(t, []int{rows, cols}, in), o)
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(out.Shape, []int{wantRows[h.Rank()], cols}) {
+					return fmt.Errorf("shape %v", out.Shape)
+				}
+				first := 0
+				for _, n := range wantRows[:h.Rank()] {
+					first += n * cols
+				}
+				pre, post := scaleFactors(o.Prescale, o.Postscale)
+				for i, got := range mustValues[float64](out) {
+					want := pre * input(0, first+i)
+					for r := 1; r < size; r++ {
+						v := pre * input(r, first+i)
+						switch o.Op {
+						case Sum, Average:
+							want += v
+						case Min:
+							want = math.Min(want, v)
+						case Max:
+							want = math.Max(want, v)
+						case Product:
+							want *= v
+						}
+					}
+					if o.Op == Average {
+						want /= size
+					}
+					// Every value is a small integer, a half or a third of one, scaled by 3:
+					// exact up to the one rounding of the division.
+					if want *= post; math.Abs(got-want) > 1e-12*math.Max(1, math.Abs(want)) {
+						return fmt.Errorf("%+v: element %d of its block: %v, want %v", o, i, got, want)
+					}
+				}
+				return nil
+			})
+			if got := g.calls["allreduce"].Load() - allreduces; native && got != 0 || !native && got != 1 {
+				t.Errorf("native=%v %+v: %d loopback allreduces", native, o, got)
+			}
+		}
+		if native && reduceScatters.Load() != 6*size {
+			t.Errorf("%d reduce-scatters of the backend's, want %d", reduceScatters.Load(), 6*size)
+		}
+	}
+}
+
+// A rank that has joined contributes zeros to the others' reducescatters, as to their
+// allreduces; fewer rows than ranks leave the last ranks empty blocks.
+func TestReducescatterWithJoin(t *testing.T) {
+	for _, native := range []bool{true, false} {
+		hs, _, _, _ := exchangeJob(t, 3, native)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			if h.Rank() == 2 {
+				_, err := h.Join()
+				return err
+			}
+			in := []int32{int32(h.Rank() + 1), 10, 100, 1000}
+			out, err := h.Reducescatter("rs", mustTensor(t, []int{2, 2}, in), ReducescatterOptions{Op: Sum})
+			if err != nil {
+				return err
+			}
+			want := [][]int32{{3, 20}, {200, 2000}}[h.Rank()]
+			if got := mustValues[int32](out); !slices.Equal(got, want) || !slices.Equal(out.Shape, []int{1, 2}) {
+				return fmt.Errorf("%v%v, want %v", got, out.Shape, want)
+			}
+			if _, err := h.Join(); err != nil {
+				return err
+			}
+			return nil
+		})
+	}
+}
+
+// Alltoall sends each rank the rows its splits give it and returns the rows every rank sent
+// this one in rank order, with how many came from each, whether the ranks send different
+// numbers of rows (none to some ranks) or split evenly (nil splits).
+func TestAlltoall(t *testing.T) {
+	const size, cols = 3, 2
+	splitsOf := func(rank int) []int { return [][]int{{1, 0, 2}, {2, 2, 0}, {0, 1, 3}}[rank] }
+	// Row j of rank from's block for rank to holds (from, to, j) in its columns.
+	value := func(from, to, j, col int) int32 { return int32(from*1000 + to*100 + j*10 + col) }
+	for _, native := range []bool{true, false} {
+		hs, g, _, alltoalls := exchangeJob(t, size, native)
+		gathers := g.calls["allgatherv"].Load()
+		for _, even := range []bool{false, true} {
+			onEveryRank(t, hs, func(h *Horovod) error {
+				splits := splitsOf(h.Rank())
+				if even {
+					splits = []int{2, 2, 2}
+				}
+				var in []int32
+				for to, n := range splits {
+					for j := range n {
+						for col := range cols {
+							in = append(in, value(h.Rank(), to, j, col))
+						}
+					}
+				}
+				var give []int
+				if !even {
+					give = splits
+				}
+				out, received, err := h.Alltoall(fmt.Sprintf("a2a/%v", even), mustTensor(t, []int{len(in) / cols, cols}, in), give)
+				if err != nil {
+					return err
+				}
+				var want []int32
+				var wantReceived []int
+				for from := range size {
+					n := splitsOf(from)[h.Rank()]
+					if even {
+						n = 2
+					}
+					wantReceived = append(wantReceived, n)
+					for j := range n {
+						for col := range cols {
+							want = append(want, value(from, h.Rank(), j, col))
+						}
+					}
+				}
+				if got := mustValues[int32](out); !slices.Equal(got, want) || !slices.Equal(out.Shape, []int{len(want) / cols, cols}) {
+					return fmt.Errorf("even=%v: %v%v, want %v", even, got, out.Shape, want)
+				}
+				if !slices.Equal(received, wantReceived) {
+					return fmt.Errorf("received splits %v, want %v", received, wantReceived)
+				}
+				return nil
+			})
+		}
+		if native && alltoalls.Load() != 2*size {
+			t.Errorf("%d all-to-alls of the backend's, want %d", alltoalls.Load(), 2*size)
+		}
+		// The fallback gathers each alltoall's inputs once; the native one twice (counts, then
+		// data) through the loopback.
+		wantGathers := int64(2)
+		if native {
+			wantGathers = 4
+		}
+		if got := g.calls["allgatherv"].Load() - gathers; got < wantGathers {
+			t.Errorf("native=%v: %d loopback allgathers, want at least %d", native, got, wantGathers)
+		}
+	}
+}
+
+// AlltoallAsync's handle gives the received splits once it completes.
+func TestAlltoallAsyncReceivedSplits(t *testing.T) {
+	hs, _, _, _ := exchangeJob(t, 2, true)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		in := []float32{1, 2, 3}
+		splits := [][]int{{1, 2}, {0, 3}}[h.Rank()]
+		hd, err := h.AlltoallAsync("a2a", mustTensor(t, []int{3}, in), splits)
+		if err != nil {
+			return err
+		}
+		out, err := hd.Wait()
+		if err != nil {
+			return err
+		}
+		want := [][]int{{1, 0}, {2, 3}}[h.Rank()]
+		if got := hd.ReceivedSplits(); !slices.Equal(got, want) || out.Shape[0] != want[0]+want[1] {
+			return fmt.Errorf("received splits %v, shape %v, want %v", got, out.Shape, want)
+		}
+		return nil
+	})
+}
+
+// Mistakes a rank can see alone fail at once; those across ranks fail on every rank, naming
+// what differs: shapes beyond the first dimension, a rank that has joined an alltoall.
+func TestReducescatterAndAlltoallErrors(t *testing.T) {
+	hs, _, _, _ := exchangeJob(t, 2, true)
+	h := hs[0]
+	x := mustTensor(t, []int{3, 2}, []float32{1, 2, 3, 4, 5, 6})
+	scalar := mustTensor(t, []int{}, []float32{1})
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{func() error { _, err := h.Reducescatter("s", scalar, ReducescatterOptions{}); return err }(), "a scalar has no first dimension to scatter along"},
+		{func() error { _, err := h.Reducescatter("s", x, ReducescatterOptions{Op: Product + 1}); return err }(), "unknown reduce op"},
+		{func() error { _, _, err := h.Alltoall("a", scalar, nil); return err }(), "a scalar has no first dimension to split along"},
+		{func() error { _, _, err := h.Alltoall("a", x, nil); return err }(), "the first dimension 3 does not split evenly among 2 ranks"},
+		{func() error { _, _, err := h.Alltoall("a", x, []int{1, 1}); return err }(), "splits [1 1] sum to 2 rows, not the first dimension 3"},
+		{func() error { _, _, err := h.Alltoall("a", x, []int{3}); return err }(), "1 splits for 2 ranks"},
+		{func() error { _, _, err := h.Alltoall("a", x, []int{-1, 4}); return err }(), "do not divide the first dimension 3"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("got %v, want %q", c.err, c.want)
+		}
+	}
+	var errs [2]error
+	onEveryRank(t, hs, func(h *Horovod) error {
+		in := mustTensor(t, []int{2, 1 + h.Rank()}, make([]float32, 2+2*h.Rank()))
+		_, _, errs[h.Rank()] = h.Alltoall("mismatch", in, nil)
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "mismatched shapes beyond the first dimension: [1] on rank 0; [2] on rank 1") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	onEveryRank(t, hs, func(h *Horovod) error {
+		if h.Rank() == 1 {
+			_, err := h.Join()
+			return err
+		}
+		_, _, errs[0] = h.Alltoall("joined", x, []int{3, 0})
+		_, err := h.Join()
+		return err
+	})
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "alltoall does not take part in Join: rank(s) 1 have joined") {
+		t.Errorf("alltoall with a joined rank: %v", errs[0])
+	}
+}
