@@ -87,8 +87,8 @@ var opened sync.Once
 const SleepingWaitMaxPart = 4096
 
 // Comm is MPI_COMM_WORLD (duplicated, so that horovod's traffic never matches the application's),
-// driven from its own OS thread. It implements backend.Backend, ThreadBound, Negotiator, RollCall
-// and PeerProber.
+// driven from its own OS thread. It implements backend.Backend, ThreadBound, Negotiator, RollCall,
+// PeerProber, HostAllocator, PathReporter, OverlappedBroadcaster, ReduceScatterer and Alltoaller.
 type Comm struct {
 	topo  backend.Topology
 	calls chan func()
@@ -119,10 +119,12 @@ type Comm struct {
 }
 
 var (
-	_ backend.ThreadBound   = (*Comm)(nil)
-	_ backend.RollCall      = (*Comm)(nil)
-	_ backend.HostAllocator = (*Comm)(nil)
-	_ backend.PathReporter  = (*Comm)(nil)
+	_ backend.ThreadBound     = (*Comm)(nil)
+	_ backend.RollCall        = (*Comm)(nil)
+	_ backend.HostAllocator   = (*Comm)(nil)
+	_ backend.PathReporter    = (*Comm)(nil)
+	_ backend.ReduceScatterer = (*Comm)(nil)
+	_ backend.Alltoaller      = (*Comm)(nil)
 )
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator, whose
@@ -534,6 +536,145 @@ func (c *Comm) allgathervArgs(send, recv []byte, counts []int) (sp unsafe.Pointe
 		sp = ptr(recv)
 	}
 	return sp, cc
+}
+
+// ReduceScatter is MPI_Reduce_scatter (backend.ReduceScatterer): rank r receives counts[r]
+// bytes of the reduction, reduced as Allreduce reduces through MPI (float16 and bfloat16 by
+// half.go's operators, 8-bit sums wrapping around). A tensor of more than maxCount elements goes
+// as an Allreduce instead (see below).
+func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
+	// Every rank passes the same counts, so every rank leaves an empty tensor alike.
+	if err := c.checkReduceScatter(send, recv, counts, dt, op); err != nil || len(send) == 0 {
+		return err
+	}
+	es := dt.Size()
+	if len(send)/es > maxCount {
+		// The counts are C ints, and Open MPI adds them up in a C int itself (the whole
+		// tensor's count, which its Reduce-then-Scatterv algorithm passes to one MPI_Reduce),
+		// so even blocks that each fit overflow it once the tensor has more elements than
+		// that. Allreduce reduces any length (in calls of at most maxCount elements), at the
+		// cost of a result buffer of the whole tensor. Every rank decides alike: on the length
+		// of send, which the counts they share fix.
+		all := make([]byte, len(send))
+		if err := c.Allreduce(send, all, dt, op); err != nil {
+			return err
+		}
+		off := 0
+		for _, n := range counts[:c.topo.Rank] {
+			off += n
+		}
+		copy(recv, all[off:])
+		return nil
+	}
+	cc := make([]C.int, len(counts))
+	for r, n := range counts {
+		cc[r] = C.int(n / es) // MPI counts elements
+	}
+	// An empty recv is a null pointer with a count of 0, which MPI never reads or writes.
+	sp, rp := ptr(send), ptr(recv)
+	return c.call("MPI_Reduce_scatter", func() C.int {
+		return C.hvd_mpi_reduce_scatter(sp, rp, &cc[0], C.int(dt), C.int(op))
+	})
+}
+
+// checkReduceScatter checks a reduce-scatter's arguments against backend.ReduceScatterer's
+// contract.
+func (c *Comm) checkReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
+	es := dt.Size()
+	if es == 0 {
+		return fmt.Errorf("mpi: reduce-scatter of invalid dtype %v", dt)
+	}
+	if op < backend.Sum || op > backend.Product {
+		return fmt.Errorf("mpi: reduce-scatter with invalid op %v", op)
+	}
+	if len(counts) != c.topo.Size {
+		return fmt.Errorf("mpi: reduce-scatter with %d counts for %d ranks", len(counts), c.topo.Size)
+	}
+	total := 0
+	for r, n := range counts {
+		if n < 0 || n%es != 0 {
+			return fmt.Errorf("mpi: reduce-scatter of %d bytes to rank %d, not a whole number of %v elements", n, r, dt)
+		}
+		total += n
+	}
+	if len(send) != total || len(recv) != counts[c.topo.Rank] {
+		return fmt.Errorf("mpi: reduce-scatter of %d bytes (counts total %d) into %d bytes (count %d)", len(send), total, len(recv), counts[c.topo.Rank])
+	}
+	if overlap(send, recv) {
+		return errors.New("mpi: reduce-scatter with overlapping send and recv")
+	}
+	return nil
+}
+
+// Alltoallv is MPI_Alltoallv of bytes (backend.Alltoaller). Its counts and displacements are C
+// ints: a block of more than maxCount bytes (2^31-1), or one that starts past maxCount in its
+// buffer, is an error, on this rank only. It has no fallback because no rank knows the other
+// ranks' counts: to take one alike, the ranks would have to agree on it first, a collective
+// more in every call. So a peer whose own counts and displacements fit enters MPI_Alltoallv and
+// waits there for this rank, as after any error of a rank's own. (Horovod's MPI alltoall has the
+// same C-int limits.)
+func (c *Comm) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
+	if err := c.checkAlltoallv(send, sendCounts, recv, recvCounts); err != nil {
+		return err
+	}
+	size := c.topo.Size
+	cc := make([]C.int, 4*size) // send counts, send displacements, receive counts, receive displacements
+	for i, counts := range [][]int{sendCounts, recvCounts} {
+		cd, off := cc[2*size*i:], 0
+		for r, n := range counts {
+			if n > maxCount || off > maxCount {
+				return fmt.Errorf("mpi: alltoallv sending %d bytes and receiving %d: %s block %d is %d bytes at offset %d, and MPI_Alltoallv takes counts and displacements of at most %d",
+					len(send), len(recv), [2]string{"send", "receive"}[i], r, n, off, maxCount)
+			}
+			cd[r], cd[size+r] = C.int(n), C.int(off)
+			off += n
+		}
+	}
+	// As in allgathervArgs, an empty buffer is given the other one's memory (MPI reads or writes
+	// none of it for counts of 0); only where both are empty are they null.
+	sp, rp := ptr(send), ptr(recv)
+	if sp == nil {
+		sp = rp
+	}
+	if rp == nil {
+		rp = sp
+	}
+	return c.call("MPI_Alltoallv", func() C.int {
+		return C.hvd_mpi_alltoallv(sp, &cc[0], &cc[size], rp, &cc[2*size], &cc[3*size])
+	})
+}
+
+// checkAlltoallv checks an all-to-all's arguments against backend.Alltoaller's contract, as far
+// as one rank can: that recvCounts[r] here equals sendCounts[Rank] on rank r only MPI sees.
+func (c *Comm) checkAlltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
+	if len(sendCounts) != c.topo.Size || len(recvCounts) != c.topo.Size {
+		return fmt.Errorf("mpi: alltoallv with %d send and %d receive counts for %d ranks", len(sendCounts), len(recvCounts), c.topo.Size)
+	}
+	for i, counts := range [][]int{sendCounts, recvCounts} {
+		total := 0
+		for r, n := range counts {
+			if n < 0 {
+				return fmt.Errorf("mpi: alltoallv with a %s count of %d bytes for rank %d", [2]string{"send", "receive"}[i], n, r)
+			}
+			total += n
+		}
+		if buf := [2][]byte{send, recv}[i]; len(buf) != total {
+			return fmt.Errorf("mpi: alltoallv %s buffer of %d bytes for %s counts totalling %d", [2]string{"send", "receive"}[i], len(buf), [2]string{"send", "receive"}[i], total)
+		}
+	}
+	if overlap(send, recv) {
+		return errors.New("mpi: alltoallv with overlapping send and recv")
+	}
+	return nil
+}
+
+// overlap reports whether a and b share a byte.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // Reached is the roll call of the NegotiationAllgatherv in progress: every rank that waits in one past the spin of the sleeping wait (50 us) tells

@@ -293,6 +293,18 @@ int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, co
 	return MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world);
 }
 
+int hvd_mpi_reduce_scatter(const void *send, void *recv, const int *counts, int dtype, int op) {
+	MPI_Datatype t = mpi_type(dtype);
+	MPI_Op o = mpi_op(dtype, op);
+	if (t == MPI_DATATYPE_NULL) return MPI_ERR_TYPE;
+	if (o == MPI_OP_NULL) return MPI_ERR_OP;
+	return MPI_Reduce_scatter(send, recv, counts, t, o, world);
+}
+
+int hvd_mpi_alltoallv(const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs) {
+	return MPI_Alltoallv(send, send_counts, send_displs, MPI_BYTE, recv, recv_counts, recv_displs, MPI_BYTE, world);
+}
+
 void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called) {
 	*allgathers = __atomic_load_n(&rounds, __ATOMIC_RELAXED);
 	*called = __atomic_load_n(&roll_calls, __ATOMIC_RELAXED);

@@ -39,6 +39,11 @@ int hvd_mpi_wait(void *req);
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
 // hvd_mpi_allgatherv_blocking is MPI_Allgatherv of bytes: no roll call, MPI's own wait.
 int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, const int *counts, const int *displs);
+// hvd_mpi_reduce_scatter is MPI_Reduce_scatter: counts[r] elements of dtype, reduced with op as
+// hvd_mpi_allreduce reduces them, to rank r.
+int hvd_mpi_reduce_scatter(const void *send, void *recv, const int *counts, int dtype, int op);
+// hvd_mpi_alltoallv is MPI_Alltoallv of bytes.
+int hvd_mpi_alltoallv(const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs);
 // hvd_mpi_roll_call_stats reads how many allgathers this process made and how many of them
 // took a roll call. Any thread may call it.
 void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called);

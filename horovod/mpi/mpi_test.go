@@ -534,3 +534,274 @@ func TestRollCallOnlyWhenARoundWaits(t *testing.T) {
 		}
 	}
 }
+
+// elementCodec turns small integer values into a dtype's bytes and back, exactly: the tests
+// below use values whose sums, minima, maxima and products over 3 ranks are small integers,
+// exact in every type (float16 and bfloat16 included) and in any order of reduction.
+type elementCodec struct {
+	dt     backend.DType
+	encode func(b []byte, v float64)
+	decode func(b []byte) float64
+}
+
+var elementCodecs = []elementCodec{
+	{backend.Float32,
+		func(b []byte, v float64) { binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v))) },
+		func(b []byte) float64 { return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))) }},
+	{backend.Float64,
+		func(b []byte, v float64) { binary.LittleEndian.PutUint64(b, math.Float64bits(v)) },
+		func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) }},
+	{backend.Int32,
+		func(b []byte, v float64) { binary.LittleEndian.PutUint32(b, uint32(int32(v))) },
+		func(b []byte) float64 { return float64(int32(binary.LittleEndian.Uint32(b))) }},
+	{backend.Float16,
+		func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, fp16.FromFloat32(float32(v))) },
+		func(b []byte) float64 { return float64(fp16.ToFloat32(binary.LittleEndian.Uint16(b))) }},
+	{backend.BFloat16,
+		func(b []byte, v float64) { binary.LittleEndian.PutUint16(b, bf16.FromFloat32(float32(v))) },
+		func(b []byte) float64 { return float64(bf16.ToFloat32(binary.LittleEndian.Uint16(b))) }},
+}
+
+// reduceScatterInput is rank's element i: an integer in -4..4, 0 included.
+func reduceScatterInput(rank, i int) float64 { return float64((i*7+rank*5)%9 - 4) }
+
+// reduceScatterWant is element i of the reduction with op of every rank's input, computed here.
+func reduceScatterWant(size, i int, op backend.ReduceOp) float64 {
+	acc := reduceScatterInput(0, i)
+	for r := 1; r < size; r++ {
+		v := reduceScatterInput(r, i)
+		switch op {
+		case backend.Sum:
+			acc += v
+		case backend.Min:
+			acc = math.Min(acc, v)
+		case backend.Max:
+			acc = math.Max(acc, v)
+		case backend.Product:
+			acc *= v
+		}
+	}
+	return acc
+}
+
+// reduceScatterCounts are the element counts per rank the reduce-scatter tests use: even
+// blocks, uneven ones with empty ranks (rank 0 and every third), blocks long enough for MPI to
+// reduce them otherwise than short ones, and none at all.
+func reduceScatterCounts(size int) map[string][]int {
+	cases := map[string][]int{}
+	for _, c := range []struct {
+		name  string
+		count func(r int) int
+	}{
+		{"even", func(r int) int { return 5 }},
+		{"uneven", func(r int) int { return r % 3 * (r + 2) }},
+		{"long", func(r int) int { return 20000 + 3001*r }},
+		{"empty", func(r int) int { return 0 }},
+	} {
+		counts := make([]int, size)
+		for r := range counts {
+			counts[r] = c.count(r)
+		}
+		cases[c.name] = counts
+	}
+	return cases
+}
+
+// checkReduceScatter makes one reduce-scatter of elements per rank (element counts) and checks
+// this rank's block against the reduction computed in Go, and that send is left as it was.
+func checkReduceScatter(t *testing.T, topo backend.Topology, ec elementCodec, op backend.ReduceOp, elements []int) {
+	t.Helper()
+	es := ec.dt.Size()
+	counts, total, first := make([]int, len(elements)), 0, 0
+	for r, n := range elements {
+		counts[r] = n * es
+		if r < topo.Rank {
+			first += n
+		}
+		total += n
+	}
+	send := make([]byte, total*es)
+	for i := range total {
+		ec.encode(send[i*es:], reduceScatterInput(topo.Rank, i))
+	}
+	sent := slices.Clone(send)
+	recv := make([]byte, counts[topo.Rank])
+	if err := comm.ReduceScatter(send, recv, counts, ec.dt, op); err != nil {
+		t.Fatalf("%v %v, elements %v: %v", ec.dt, op, elements, err)
+	}
+	for j := range elements[topo.Rank] {
+		got, want := ec.decode(recv[j*es:]), reduceScatterWant(topo.Size, first+j, op)
+		if got != want {
+			t.Fatalf("%v %v, elements %v: rank %d's element %d (%d of the tensor) is %v, want %v", ec.dt, op, elements, topo.Rank, j, first+j, got, want)
+		}
+	}
+	if !bytes.Equal(send, sent) {
+		t.Fatalf("%v %v, elements %v: send changed", ec.dt, op, elements)
+	}
+}
+
+// TestReduceScatter: every rank receives its block of the reduction of every rank's input, for
+// every op, in float32, float64, int32, float16 and bfloat16, through one MPI_Reduce_scatter
+// (no MPI_Allreduce).
+func TestReduceScatter(t *testing.T) {
+	topo := need(t)
+	cases := reduceScatterCounts(topo.Size)
+	for _, ec := range elementCodecs {
+		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max, backend.Product} {
+			for _, name := range []string{"even", "uneven", "long", "empty"} {
+				before := comm.AllreduceCalls()
+				checkReduceScatter(t, topo, ec, op, cases[name])
+				if n := comm.AllreduceCalls() - before; n != 0 {
+					t.Fatalf("%v %v, %s counts: %d MPI_Allreduce calls, want MPI_Reduce_scatter alone", ec.dt, op, name, n)
+				}
+			}
+		}
+	}
+}
+
+// TestReduceScatterPastMPICounts: a tensor of more elements than one MPI call counts (2^31-1,
+// lowered here to 1000) is reduced with Allreduce, each rank keeping its block, whether every
+// block fits in a call (the tensor does not: Open MPI adds the counts up in C ints) or one
+// block does not.
+func TestReduceScatterPastMPICounts(t *testing.T) {
+	topo := need(t)
+	defer func(n int) { maxCount = n }(maxCount)
+	maxCount = 1000
+	ec := elementCodecs[0]
+	for _, elements := range [][]int{
+		slices.Repeat([]int{1000/topo.Size + 1}, topo.Size),
+		append(slices.Repeat([]int{3}, topo.Size-1), 1001),
+	} {
+		for _, op := range []backend.ReduceOp{backend.Sum, backend.Max} {
+			before := comm.AllreduceCalls()
+			checkReduceScatter(t, topo, ec, op, elements)
+			if comm.AllreduceCalls() == before {
+				t.Fatalf("elements %v past maxCount %d: reduced without Allreduce", elements, maxCount)
+			}
+		}
+	}
+}
+
+// alltoallBlock is the block rank from sends rank to at scale: lengths that differ by pair and
+// by direction, some empty, every rank's block to itself included; with idle, rank 1 sends to
+// nobody and receives from nobody.
+func alltoallBlock(from, to, scale int, idle bool) []byte {
+	if idle && (from == 1 || to == 1) {
+		return nil
+	}
+	n := ((from+2*to)%4 + 1) * scale
+	if (from*2+to)%5 == 1 {
+		n = 0
+	}
+	b := make([]byte, n)
+	for k := range b {
+		b[k] = byte(from*37 + to*11 + k*3)
+	}
+	return b
+}
+
+// TestAlltoallv: every rank receives, in rank order, the blocks every rank addressed to it, with
+// empty blocks and a rank that sends and receives nothing, short and long, and with no block at
+// all.
+func TestAlltoallv(t *testing.T) {
+	topo := need(t)
+	for _, idle := range []bool{false, true} {
+		for _, scale := range []int{0, 1, 3, 40000} {
+			var send, want []byte
+			sendCounts, recvCounts := make([]int, topo.Size), make([]int, topo.Size)
+			for r := range topo.Size {
+				out, in := alltoallBlock(topo.Rank, r, scale, idle), alltoallBlock(r, topo.Rank, scale, idle)
+				send, sendCounts[r] = append(send, out...), len(out)
+				want, recvCounts[r] = append(want, in...), len(in)
+			}
+			sent := slices.Clone(send)
+			recv := make([]byte, len(want))
+			if err := comm.Alltoallv(send, sendCounts, recv, recvCounts); err != nil {
+				t.Fatalf("scale %d, rank 1 idle %v: %v", scale, idle, err)
+			}
+			if !bytes.Equal(recv, want) {
+				t.Fatalf("scale %d, rank 1 idle %v, send counts %v, receive counts %v: received the wrong bytes", scale, idle, sendCounts, recvCounts)
+			}
+			if !bytes.Equal(send, sent) {
+				t.Fatalf("scale %d, rank 1 idle %v: send changed", scale, idle)
+			}
+		}
+	}
+}
+
+// TestAlltoallvPastMPICounts: a block longer than one MPI count (2^31-1, lowered here to 1000),
+// or one starting past it, is an error naming the sizes, before any MPI call. Every rank's
+// blocks are alike here, so every rank fails alike and none is left in MPI_Alltoallv.
+func TestAlltoallvPastMPICounts(t *testing.T) {
+	topo := need(t)
+	defer func(n int) { maxCount = n }(maxCount)
+	maxCount = 1000
+	blocks := []int{1001}
+	if topo.Size >= 3 {
+		blocks = append(blocks, 501) // each fits; the third starts at 1002
+	}
+	for _, n := range blocks {
+		counts := slices.Repeat([]int{n}, topo.Size)
+		send, recv := make([]byte, n*topo.Size), make([]byte, n*topo.Size)
+		err := comm.Alltoallv(send, counts, recv, counts)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("sending %d bytes", len(send))) || !strings.Contains(err.Error(), "at most 1000") {
+			t.Errorf("blocks of %d bytes past maxCount 1000: %v", n, err)
+		}
+	}
+	if err := comm.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReduceScatterAndAlltoallvMisuse: arguments against the contracts are errors on the rank
+// that passes them, before any MPI call (every rank passes the same ones here).
+func TestReduceScatterAndAlltoallvMisuse(t *testing.T) {
+	topo := need(t)
+	even := slices.Repeat([]int{8}, topo.Size) // bytes
+	buf := make([]byte, 8*topo.Size+8)
+	send, recv := buf[:8*topo.Size], buf[8*topo.Size:]
+	mine := 8 * topo.Rank
+	rs := func(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) func() error {
+		return func() error { return comm.ReduceScatter(send, recv, counts, dt, op) }
+	}
+	a2a := func(send []byte, sendCounts []int, recv []byte, recvCounts []int) func() error {
+		return func() error { return comm.Alltoallv(send, sendCounts, recv, recvCounts) }
+	}
+	negative := slices.Clone(even)
+	negative[topo.Size-1] = -8
+	short := max(0, 8*topo.Size-16) // what the negative counts add up to, where that is a length
+	// A slice, not a map: should a call not fail, every rank makes the same next one.
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"reduce-scatter, invalid dtype", rs(send, recv, even, backend.DType(0), backend.Sum)},
+		{"reduce-scatter, invalid op", rs(send, recv, even, backend.Float32, backend.ReduceOp(0))},
+		{"reduce-scatter, op past the last", rs(send, recv, even, backend.Float32, backend.Product+1)},
+		{"reduce-scatter, counts for one more", rs(send, recv, append(slices.Clone(even), 8), backend.Float32, backend.Sum)},
+		{"reduce-scatter, a negative count", rs(send[:short], recv, negative, backend.Float32, backend.Sum)},
+		{"reduce-scatter, part of an element", rs(send[:4*topo.Size], recv[:4], slices.Repeat([]int{4}, topo.Size), backend.Float64, backend.Sum)},
+		{"reduce-scatter, send too short", rs(send[:8*topo.Size-4], recv, even, backend.Float32, backend.Sum)},
+		{"reduce-scatter, recv too long", rs(send, make([]byte, 12), even, backend.Float32, backend.Sum)},
+		{"reduce-scatter, recv inside send", rs(send, send[mine:mine+8], even, backend.Float32, backend.Sum)},
+		{"alltoallv, too few send counts", a2a(send, even[1:], make([]byte, len(send)), even)},
+		{"alltoallv, too many receive counts", a2a(send, even, make([]byte, len(send)), append(slices.Clone(even), 0))},
+		{"alltoallv, a negative send count", a2a(send[:short], negative, make([]byte, len(send)), even)},
+		{"alltoallv, a negative receive count", a2a(send, even, make([]byte, short), negative)},
+		{"alltoallv, send counts off the send", a2a(send[:8*topo.Size-1], even, make([]byte, len(send)), even)},
+		{"alltoallv, receive counts off recv", a2a(send, even, make([]byte, len(send)+1), even)},
+		{"alltoallv, recv overlapping send", a2a(buf[:8*topo.Size], even, buf[4:8*topo.Size+4], even)},
+		{"alltoallv, the same buffer twice", a2a(send, even, send, even)},
+	} {
+		err := c.call()
+		if err == nil || !strings.HasPrefix(err.Error(), "mpi: ") {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if mpiErr := (*Error)(nil); errors.As(err, &mpiErr) {
+			t.Errorf("%s: %v, from MPI instead of the argument check", c.name, err)
+		}
+	}
+	if err := comm.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+}
