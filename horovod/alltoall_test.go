@@ -368,3 +368,25 @@ func TestReducescatterAndAlltoallErrors(t *testing.T) {
 		t.Errorf("alltoall with a joined rank: %v", errs[0])
 	}
 }
+
+// The backend's all-to-all takes an alltoall only where every rank's counts and offsets fit
+// MPI's C ints: past them on one rank, every rank takes the allgather, having seen all splits.
+func TestAlltoallFitsCInts(t *testing.T) {
+	const half = 1 << 30 // 2^30 rows of one byte
+	for _, c := range []struct {
+		splits [][]int
+		row    int
+		want   bool
+	}{
+		{[][]int{{1, 2}, {3, 4}}, 8, true},
+		{[][]int{{half - 1, half}, {0, 0}}, 1, true},          // rank 0 sends 2^31-1 bytes
+		{[][]int{{half, half}, {0, 0}}, 1, false},             // 2^31: its second block's end
+		{[][]int{{0, half}, {0, half}}, 1, false},             // rank 1 receives 2^31
+		{[][]int{{0, math.MaxInt32}, {0, 0}}, 1, true},        // one block of 2^31-1
+		{[][]int{{0, math.MaxInt32/2 + 1}, {0, 0}}, 2, false}, // rows of 2 bytes past it
+	} {
+		if got := alltoallFitsCInts(c.splits, c.row); got != c.want {
+			t.Errorf("splits %v of %d-byte rows: %v, want %v", c.splits, c.row, got, c.want)
+		}
+	}
+}

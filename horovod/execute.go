@@ -2,6 +2,7 @@ package horovod
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gorovod/gorovod/horovod/backend"
@@ -642,7 +643,7 @@ func (c *controller) alltoall(r *response) error {
 	c.timeline.start(s.name, "QUEUE", r.ready)
 	c.timeline.end(s.name)
 	names := []string{s.name}
-	if a, ok := c.data.(backend.Alltoaller); ok {
+	if a, ok := c.data.(backend.Alltoaller); ok && alltoallFitsCInts(r.splits, row) {
 		if err := c.onWire(kindAlltoall, names, c.backendPhase(kindAlltoall), func() error {
 			return a.Alltoallv(req.input, sendCounts, out, recvCounts)
 		}); err != nil {
@@ -684,6 +685,25 @@ func (c *controller) alltoall(r *response) error {
 	}
 	req.complete(Tensor{DType: s.dtype, Shape: shape, Data: out}, nil)
 	return nil
+}
+
+// alltoallFitsCInts reports whether every rank's blocks and their offsets, in bytes, fit a C int:
+// MPI_Alltoallv's counts and displacements are C ints, and a rank cannot tell from its own counts
+// whether a peer's overflow, so every rank decides here, from every rank's splits, whether the
+// backend's all-to-all can take the call or the allgather must.
+func alltoallFitsCInts(splits [][]int, row int) bool {
+	received := make([]int, len(splits))
+	for _, from := range splits {
+		sent := 0
+		for to, n := range from {
+			sent += n * row
+			received[to] += n * row
+			if sent > math.MaxInt32 || received[to] > math.MaxInt32 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (c *controller) barrier(r *response) error {
