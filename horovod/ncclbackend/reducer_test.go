@@ -409,3 +409,31 @@ func TestReducerWithoutPinnedMemory(t *testing.T) {
 		t.Errorf("logged %d times that pinned memory failed, want once naming the CUDA error:\n%s", n, log.String())
 	}
 }
+
+// Reducescatter and Alltoall run over the NCCL backend, which has neither collective of its
+// own, through an allreduce and an allgather in horovod's fusion buffer (lent pinned memory, or
+// staged Go memory): in a job of one rank each gives back its input, scaled as asked.
+func TestReducescatterAndAlltoallOverNCCL(t *testing.T) {
+	for _, lend := range []bool{true, false} {
+		h, _ := initNCCL(t, lend)
+		in := []float32{1, 2, 3, 4, 5, 6}
+		x, err := horovod.NewTensor([]int{3, 2}, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := h.Reducescatter(fmt.Sprintf("rs/%v", lend), x, horovod.ReducescatterOptions{Op: horovod.Sum, Postscale: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := horovod.Values[float32](rs); !slices.Equal(got, []float32{2, 4, 6, 8, 10, 12}) || !slices.Equal(rs.Shape, []int{3, 2}) {
+			t.Errorf("lend=%v: reducescatter %v%v", lend, got, rs.Shape)
+		}
+		a2a, from, err := h.Alltoall(fmt.Sprintf("a2a/%v", lend), x, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := horovod.Values[float32](a2a); !slices.Equal(got, in) || !slices.Equal(from, []int{3}) {
+			t.Errorf("lend=%v: alltoall %v from %v", lend, got, from)
+		}
+	}
+}
