@@ -52,17 +52,7 @@ func (n nativeExchange) ReduceScatter(send, recv []byte, counts []int, dt backen
 	for i := range len(recv) / dt.Size() {
 		acc := element(parts[0], dt, first+i)
 		for _, p := range parts[1:] {
-			v := element(p, dt, first+i)
-			switch op {
-			case backend.Sum:
-				acc += v
-			case backend.Min:
-				acc = math.Min(acc, v)
-			case backend.Max:
-				acc = math.Max(acc, v)
-			case backend.Product:
-				acc *= v
-			}
+			acc = combine(op, acc, element(p, dt, first+i))
 		}
 		setElement(recv, dt, i, acc)
 	}

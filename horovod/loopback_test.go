@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"runtime"
 	"slices"
@@ -100,18 +101,10 @@ func (l loopRank) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 	acc := make([]float64, len(send)/dt.Size())
 	for r, b := range all {
 		for i := range acc {
-			v := element(b, dt, i)
-			switch {
-			case r == 0:
+			if v := element(b, dt, i); r == 0 {
 				acc[i] = v
-			case op == backend.Sum:
-				acc[i] += v
-			case op == backend.Min:
-				acc[i] = math.Min(acc[i], v)
-			case op == backend.Max:
-				acc[i] = math.Max(acc[i], v)
-			case op == backend.Product:
-				acc[i] *= v
+			} else {
+				acc[i] = combine(op, acc[i], v)
 			}
 		}
 	}
@@ -119,6 +112,21 @@ func (l loopRank) Allreduce(send, recv []byte, dt backend.DType, op backend.Redu
 		setElement(recv, dt, i, v)
 	}
 	return nil
+}
+
+// combine is op's reduction of acc, what the ranks before contributed, with v.
+func combine(op backend.ReduceOp, acc, v float64) float64 {
+	switch op {
+	case backend.Sum:
+		return acc + v
+	case backend.Min:
+		return math.Min(acc, v)
+	case backend.Max:
+		return math.Max(acc, v)
+	case backend.Product:
+		return acc * v
+	}
+	panic(fmt.Sprintf("loopback: reduce op %v", op))
 }
 
 func element(b []byte, dt backend.DType, i int) float64 {

@@ -5,9 +5,9 @@ package local
 import (
 	"fmt"
 	"os"
-	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // Backend is a job of size 1. The zero value is ready to use.
@@ -56,7 +56,7 @@ func (Backend) Allgatherv(send, recv []byte, counts []int) error {
 // ReduceScatter over one rank copies send: rank 0's block is the whole reduction.
 func (Backend) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
 	if !dt.Valid() || op < backend.Sum || op > backend.Product || len(counts) != 1 || counts[0]%dt.Size() != 0 ||
-		counts[0] != len(send) || len(recv) != len(send) || overlap(send, recv) {
+		counts[0] != len(send) || len(recv) != len(send) || parallel.Overlap(send, recv) {
 		return fmt.Errorf("local: reduce-scatter of %d bytes into %d of %v (%v) with counts %v", len(send), len(recv), dt, op, counts)
 	}
 	copy(recv, send)
@@ -66,20 +66,11 @@ func (Backend) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 // Alltoallv of one rank copies send: its one block goes to itself.
 func (Backend) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
 	if len(sendCounts) != 1 || len(recvCounts) != 1 || sendCounts[0] != len(send) || recvCounts[0] != len(recv) ||
-		len(recv) != len(send) || overlap(send, recv) {
+		len(recv) != len(send) || parallel.Overlap(send, recv) {
 		return fmt.Errorf("local: alltoallv of %d bytes (counts %v) into %d (counts %v)", len(send), sendCounts, len(recv), recvCounts)
 	}
 	copy(recv, send)
 	return nil
-}
-
-// overlap reports whether a and b share a byte: the contracts rule that out, as MPI does.
-func overlap(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
-	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // Barrier has nobody to wait for.

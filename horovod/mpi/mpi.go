@@ -41,6 +41,7 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
+	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/horovod/internal/peerprobe"
 )
 
@@ -600,7 +601,7 @@ func (c *Comm) checkReduceScatter(send, recv []byte, counts []int, dt backend.DT
 	if len(send) != total || len(recv) != counts[c.topo.Rank] {
 		return fmt.Errorf("mpi: reduce-scatter of %d bytes (counts total %d) into %d bytes (count %d)", len(send), total, len(recv), counts[c.topo.Rank])
 	}
-	if overlap(send, recv) {
+	if parallel.Overlap(send, recv) {
 		return errors.New("mpi: reduce-scatter with overlapping send and recv")
 	}
 	return nil
@@ -662,19 +663,10 @@ func (c *Comm) checkAlltoallv(send []byte, sendCounts []int, recv []byte, recvCo
 			return fmt.Errorf("mpi: alltoallv %s buffer of %d bytes for %s counts totalling %d", [2]string{"send", "receive"}[i], len(buf), [2]string{"send", "receive"}[i], total)
 		}
 	}
-	if overlap(send, recv) {
+	if parallel.Overlap(send, recv) {
 		return errors.New("mpi: alltoallv with overlapping send and recv")
 	}
 	return nil
-}
-
-// overlap reports whether a and b share a byte.
-func overlap(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
-	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // Reached is the roll call of the NegotiationAllgatherv in progress: every rank that waits in one past the spin of the sleeping wait (50 us) tells
