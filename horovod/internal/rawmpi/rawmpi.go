@@ -1,4 +1,5 @@
-// Package rawmpi calls MPI_Allreduce, MPI_Bcast and MPI_Allgatherv on MPI_COMM_WORLD directly,
+// Package rawmpi calls MPI_Allreduce, MPI_Bcast, MPI_Allgatherv, MPI_Reduce_scatter and
+// MPI_Alltoallv on MPI_COMM_WORLD directly,
 // bypassing horovod and its MPI backend: the independent reference that the conformance suite
 // and horovod/mpi's tests check results against and the benchmark measures speed against. MPI
 // must be initialized (by horovod/mpi) and every call must run on the MPI thread, through
@@ -37,6 +38,14 @@ static int raw_bcast(void *buf, int count, int root) {
 
 static int raw_allgatherv(const void *send, int count, void *recv, const int *counts, const int *displs) {
 	return MPI_Allgatherv(send, count, MPI_BYTE, recv, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
+}
+
+static int raw_reduce_scatter(const void *send, void *recv, const int *counts, int dtype, int op) {
+	return MPI_Reduce_scatter(send, recv, counts, raw_type(dtype), raw_op(op), MPI_COMM_WORLD);
+}
+
+static int raw_alltoallv(const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs) {
+	return MPI_Alltoallv(send, send_counts, send_displs, MPI_BYTE, recv, recv_counts, recv_displs, MPI_BYTE, MPI_COMM_WORLD);
 }
 
 static int raw_allreduce(const void *send, void *recv, int count, int dtype, int op) {
@@ -139,6 +148,69 @@ func Allgatherv(send, recv []byte, counts []int) error {
 	}
 	if rc := C.raw_allgatherv(sp, C.int(len(send)), unsafe.Pointer(&recv[0]), &cc[0], &cc[len(counts)]); rc != 0 {
 		return fmt.Errorf("rawmpi: MPI_Allgatherv returned %d", int(rc))
+	}
+	return nil
+}
+
+// ReduceScatter is MPI_Reduce_scatter(send, recv) on MPI_COMM_WORLD: rank p receives the
+// reduction of counts[p] bytes of send, those after the ranks before it. MPI has no float16 or
+// bfloat16.
+func ReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
+	if err := supported(dt); err != nil {
+		return err
+	}
+	cc := make([]C.int, len(counts))
+	total := 0
+	for p, n := range counts {
+		if n%dt.Size() != 0 {
+			return fmt.Errorf("rawmpi: reduce-scatter of %d bytes to rank %d, not whole %v elements", n, p, dt)
+		}
+		cc[p] = C.int(n / dt.Size()) // MPI counts elements
+		total += n
+	}
+	if len(send) != total {
+		return fmt.Errorf("rawmpi: reduce-scatter of %d bytes for counts totalling %d", len(send), total)
+	}
+	// An empty buffer is null with a count of 0 (a rank with no rows), which MPI never touches.
+	if rc := C.raw_reduce_scatter(anyPointer(send, nil), anyPointer(recv, nil), &cc[0], C.int(dt), C.int(op)); rc != 0 {
+		return fmt.Errorf("rawmpi: MPI_Reduce_scatter returned %d", int(rc))
+	}
+	return nil
+}
+
+// Alltoallv is MPI_Alltoallv of bytes on MPI_COMM_WORLD: sendCounts[p] bytes of send, those
+// after the blocks for the ranks before p, go to rank p, and recv holds recvCounts[p] bytes from
+// each rank p in rank order.
+func Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
+	size := len(sendCounts)
+	if len(recvCounts) != size {
+		return fmt.Errorf("rawmpi: alltoallv with %d send and %d receive counts", size, len(recvCounts))
+	}
+	cc := make([]C.int, 4*size) // send counts, send displacements, receive counts, receive displacements
+	for i, counts := range [][]int{sendCounts, recvCounts} {
+		cd, off := cc[2*size*i:], 0
+		for p, n := range counts {
+			cd[p], cd[size+p] = C.int(n), C.int(off)
+			off += n
+		}
+		if buf := [2][]byte{send, recv}[i]; len(buf) != off {
+			return fmt.Errorf("rawmpi: alltoallv buffer of %d bytes for counts totalling %d", len(buf), off)
+		}
+	}
+	if rc := C.raw_alltoallv(anyPointer(send, recv), &cc[0], &cc[size], anyPointer(recv, send), &cc[2*size], &cc[3*size]); rc != 0 {
+		return fmt.Errorf("rawmpi: MPI_Alltoallv returned %d", int(rc))
+	}
+	return nil
+}
+
+// anyPointer is b's memory, or where b is empty other's (MPI reads or writes none of it for
+// counts of 0, but some implementations read the pointer), or nil where both are empty.
+func anyPointer(b, other []byte) unsafe.Pointer {
+	switch {
+	case len(b) > 0:
+		return unsafe.Pointer(&b[0])
+	case len(other) > 0:
+		return unsafe.Pointer(&other[0])
 	}
 	return nil
 }
