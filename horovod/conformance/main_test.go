@@ -110,7 +110,10 @@ func rawReferences(comm *mpi.Comm) error {
 	out := make([]byte, len(in))
 	comm.Do(func() { err = rawmpi.Allreduce(in, out, backend.Float32, backend.Sum) })
 	raw[largeKey] = out
-	return err
+	if err != nil {
+		return err
+	}
+	return rawReducescatterReferences(comm)
 }
 
 // largeKey is raw's entry for a float32 sum of largeN elements.
