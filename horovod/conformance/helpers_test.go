@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod"
@@ -122,4 +124,25 @@ func sameOnEveryRank(t *testing.T, name, s string) bool {
 		}
 	}
 	return true
+}
+
+// onRanks renders ranks as horovod's errors name them: "on rank 1", "on ranks 0,1".
+func onRanks(ranks ...int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	if len(ranks) == 1 {
+		return "on rank " + s[0]
+	}
+	return "on ranks " + strings.Join(s, ",")
+}
+
+// allButLast is every rank but the last.
+func allButLast() []int {
+	ranks := make([]int, hvd.Size()-1)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	return ranks
 }

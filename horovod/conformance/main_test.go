@@ -113,7 +113,10 @@ func rawReferences(comm *mpi.Comm) error {
 	if err != nil {
 		return err
 	}
-	return rawReducescatterReferences(comm)
+	if err := rawReducescatterReferences(comm); err != nil {
+		return err
+	}
+	return rawAlltoallReference(comm)
 }
 
 // largeKey is raw's entry for a float32 sum of largeN elements.
