@@ -154,39 +154,92 @@ func gatherHostnames(comm *mpi.Comm) ([]string, error) {
 }
 
 // checkTimeline verifies the trace rank 0 wrote during the suite has the phases of a fused MPI
-// allreduce.
+// allreduce, and that reducescatters and alltoalls went over MPI's own collectives
+// (checkWirePhases).
 func checkTimeline(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	var events []struct {
-		Name string `json:"name"`
-		Ph   string `json:"ph"`
+		Name string            `json:"name"`
+		Ph   string            `json:"ph"`
+		PID  int               `json:"pid"`
+		Args map[string]string `json:"args"`
 	}
 	if err := json.Unmarshal(b, &events); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
+	tensors := map[int]string{}            // by pid: a row per tensor
+	phases := map[string]map[string]bool{} // by tensor
 	for _, e := range events {
-		if e.Ph == "B" {
+		switch e.Ph {
+		case "M":
+			if e.Name == "process_name" {
+				tensors[e.PID] = e.Args["name"]
+			}
+		case "B":
 			seen[e.Name] = true
+			name := tensors[e.PID]
+			if phases[name] == nil {
+				phases[name] = map[string]bool{}
+			}
+			phases[name][e.Name] = true
 		}
 	}
-	phases := []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
-		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BCAST", "MPI_ALLGATHER"}
+	want := []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
+		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BCAST", "MPI_ALLGATHER",
+		"NEGOTIATE_REDUCESCATTER", "REDUCESCATTER", "MPI_REDUCESCATTER", "NEGOTIATE_ALLTOALL", "ALLTOALL", "MPI_ALLTOALL"}
 	if len(ranksPerHost(hosts)) == 1 && len(hosts) > 1 {
 		// The large allreduce and broadcast tests' tensors go over the MPI backend's shared memory.
-		phases = append(phases, "SHM_ALLREDUCE", "SHM_BCAST", "SHM_ALLGATHER")
+		want = append(want, "SHM_ALLREDUCE", "SHM_BCAST", "SHM_ALLGATHER")
 	}
 	var missing []string
-	for _, p := range phases {
+	for _, p := range want {
 		if !seen[p] {
 			missing = append(missing, p)
 		}
 	}
 	if missing != nil {
 		return fmt.Errorf("no %s phases among %d events", strings.Join(missing, ", "), len(events))
+	}
+	return checkWirePhases(phases)
+}
+
+// wirePhases are the names of the phases on the wire that the MPI backend writes.
+var wirePhases = []string{"MPI_ALLREDUCE", "SHM_ALLREDUCE", "MPI_BCAST", "SHM_BCAST", "MPI_ALLGATHER", "SHM_ALLGATHER",
+	"MPI_REDUCESCATTER", "MPI_ALLTOALL"}
+
+// checkWirePhases checks, in the phases of each tensor of the timeline, that every reducescatter
+// went over MPI_Reduce_scatter and every alltoall over MPI_Alltoallv (MPI_REDUCESCATTER,
+// MPI_ALLTOALL) and nothing else: not horovod's fallbacks, an allreduce or an allgather of the
+// whole tensor. The tensors that the raw MPI cross-checks reduce and exchange must have them (an
+// operation that failed in negotiation has no wire phase at all).
+func checkWirePhases(phases map[string]map[string]bool) error {
+	for _, name := range []string{rawReducescatterKey(backend.Float32, horovod.Sum) + "/raw", "alltoall/raw"} {
+		if phases[name] == nil {
+			return fmt.Errorf("no tensor %q", name)
+		}
+	}
+	for name, seen := range phases {
+		for op, wire := range map[string]string{"REDUCESCATTER": "MPI_REDUCESCATTER", "ALLTOALL": "MPI_ALLTOALL"} {
+			if !seen[op] {
+				continue
+			}
+			var others []string
+			for _, p := range wirePhases {
+				if seen[p] && p != wire {
+					others = append(others, p)
+				}
+			}
+			if others != nil {
+				return fmt.Errorf("%s %q went over %s", op, name, strings.Join(others, ", "))
+			}
+			if strings.HasSuffix(name, "/raw") && !seen[wire] {
+				return fmt.Errorf("%s %q has no %s phase", op, name, wire)
+			}
+		}
 	}
 	return nil
 }
