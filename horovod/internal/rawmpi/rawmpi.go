@@ -1,14 +1,15 @@
 // Package rawmpi calls MPI_Allreduce, MPI_Bcast, MPI_Allgatherv, MPI_Reduce_scatter and
-// MPI_Alltoallv on MPI_COMM_WORLD directly,
-// bypassing horovod and its MPI backend: the independent reference that the conformance suite
-// and horovod/mpi's tests check results against and the benchmark measures speed against. MPI
-// must be initialized (by horovod/mpi) and every call must run on the MPI thread, through
-// (*mpi.Comm).Do, before horovod's loop starts on that Comm.
+// MPI_Alltoallv on MPI_COMM_WORLD directly (and times those and MPI_Alltoall), bypassing horovod
+// and its MPI backend: the independent reference that the conformance suite and horovod/mpi's
+// tests check results against and the benchmark measures speed against. MPI must be initialized
+// (by horovod/mpi) and every call must run on the MPI thread, through (*mpi.Comm).Do, before
+// horovod's loop starts on that Comm.
 package rawmpi
 
 /*
 #cgo pkg-config: ompi-c
 #include <mpi.h>
+#include <stdlib.h>
 
 static MPI_Datatype raw_type(int dtype) {
 	switch (dtype) {
@@ -30,6 +31,12 @@ static MPI_Op raw_op(int op) {
 	case 4: return MPI_PROD;
 	}
 	return MPI_OP_NULL;
+}
+
+static int raw_size(void) {
+	int size;
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	return size;
 }
 
 static int raw_bcast(void *buf, int count, int root) {
@@ -58,12 +65,17 @@ static int raw_allreduce(const void *send, void *recv, int count, int dtype, int
 // buffer), as MPI_Allreduce calls of at most chunk elements each (all of them in one call when
 // chunk is 0); 1 the same, then every float of recv multiplied by 1/size (an average, as a
 // framework computes it from MPI's sum); 2 allgather of count bytes from every rank into recv; 3
-// broadcast of count bytes of recv from rank 0.
+// broadcast of count bytes of recv from rank 0; 4 reduce-scatter sum (MPI_Reduce_scatter) of size
+// blocks of count elements from send, this rank's block into recv; 5 the same, then every float
+// of recv multiplied by 1/size; 6 all-to-all (MPI_Alltoall) of count bytes to and from every rank.
 static double raw_time(int kind, void *send, void *recv, int count, int dtype, int chunk, int batches, int iters) {
 	int inplace = send == recv, size, esize = 1;
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (kind <= 1) MPI_Type_size(raw_type(dtype), &esize);
 	if (chunk <= 0 || chunk > count) chunk = count;
+	// MPI_Reduce_scatter's counts, equal blocks, made before the clock starts.
+	int *counts = malloc(size * sizeof(int));
+	for (int r = 0; r < size; r++) counts[r] = count;
 	double best = 1e300;
 	for (int b = 0; b < batches; b++) {
 		MPI_Barrier(MPI_COMM_WORLD);
@@ -88,11 +100,23 @@ static double raw_time(int kind, void *send, void *recv, int count, int dtype, i
 			case 3:
 				MPI_Bcast(recv, count, MPI_BYTE, 0, MPI_COMM_WORLD);
 				break;
+			case 4:
+			case 5:
+				MPI_Reduce_scatter(send, recv, counts, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+				if (kind == 5) {
+					float *v = recv, f = 1.0f / size;
+					for (int j = 0; j < count; j++) v[j] *= f;
+				}
+				break;
+			case 6:
+				MPI_Alltoall(send, count, MPI_BYTE, recv, count, MPI_BYTE, MPI_COMM_WORLD);
+				break;
 			}
 		}
 		double t = (MPI_Wtime() - t0) / iters;
 		if (t < best) best = t;
 	}
+	free(counts);
 	double slowest = best;
 	MPI_Allreduce(&best, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 	return slowest;
@@ -254,5 +278,37 @@ func TimeBroadcast(buf []byte, batches, iters int) (float64, error) {
 		return 0, fmt.Errorf("rawmpi: timing a broadcast of 0 bytes")
 	}
 	return float64(C.raw_time(3, unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), C.int(len(buf)), 0, 0,
+		C.int(batches), C.int(iters))), nil
+}
+
+// TimeReducescatter is TimeAllreduce for MPI_Reduce_scatter sum of send into recv in equal
+// blocks (send is size times as long as recv, every rank's block recv's length), followed when
+// average is set by a multiplication of every float32 of recv by 1/size.
+func TimeReducescatter(send, recv []byte, dt backend.DType, average bool, batches, iters int) (float64, error) {
+	if err := supported(dt); err != nil {
+		return 0, err
+	}
+	if len(recv) == 0 || len(recv)%dt.Size() != 0 || len(send) != len(recv)*int(C.raw_size()) {
+		return 0, fmt.Errorf("rawmpi: timing a reduce-scatter of %d bytes into blocks of %d", len(send), len(recv))
+	}
+	kind := 4
+	if average {
+		if dt != backend.Float32 {
+			return 0, fmt.Errorf("rawmpi: timing an average of %v: float32 only", dt)
+		}
+		kind = 5
+	}
+	return float64(C.raw_time(C.int(kind), unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(recv)/dt.Size()),
+		C.int(dt), 0, C.int(batches), C.int(iters))), nil
+}
+
+// TimeAlltoall is TimeAllreduce for MPI_Alltoall of send into recv (as long as send), an equal
+// block of len(send)/size bytes to and from every rank.
+func TimeAlltoall(send, recv []byte, batches, iters int) (float64, error) {
+	size := int(C.raw_size())
+	if len(send) == 0 || len(send) != len(recv) || len(send)%size != 0 {
+		return 0, fmt.Errorf("rawmpi: timing an all-to-all of %d bytes into %d among %d ranks", len(send), len(recv), size)
+	}
+	return float64(C.raw_time(6, unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/size), 0, 0,
 		C.int(batches), C.int(iters))), nil
 }
