@@ -5,11 +5,13 @@ Run under mpirun with the peer virtualenv (Horovod built with MPI, TensorFlow):
     mpirun -np 2 .cache/peer/venv-.../bin/python scripts/bench_peer/horovod_collectives.py 4K,1M,64M
 
 For every size (bytes per rank, float32): allreduce Sum, Average, Average with fp16 compression,
-allgather (every rank sends the size) and broadcast from rank 0, each through horovod.tensorflow
-in eager mode, one tensor per call, a new result per call. Timed as gorovod's bench times its
-calls: one warm-up call, then batches of calls each after a barrier; a batch's mean per call, the
-best batch, the slowest rank. Rank 0 prints tab-separated lines: horovod, collective, bytes,
-seconds per call.
+allgather (every rank sends the size), broadcast from rank 0, reducescatter Sum and Average, and
+alltoall with even splits, each through horovod.tensorflow in eager mode, one tensor per call, a
+new result per call. Reducescatter's and alltoall's tensor splits its one dimension in equal
+blocks, one per rank: the size's first elements that are a multiple of the ranks, as gorovod's
+bench and raw MPI take them. Timed as gorovod's bench times its calls: one warm-up call, then
+batches of calls each after a barrier; a batch's mean per call, the best batch, the slowest rank.
+Rank 0 prints tab-separated lines: horovod, collective, bytes, seconds per call.
 """
 
 import argparse
@@ -21,7 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
-COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast"]
+COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
+               "reducescatter_sum", "reducescatter_average", "alltoall"]
 
 
 def parse_sizes(text):
@@ -67,6 +70,7 @@ def main():
     rows = []
     for size in parse_sizes(args.sizes):
         x = tf.zeros([size // 4], tf.float32)
+        xs = tf.zeros([size // 4 // hvd.size() * hvd.size()], tf.float32)
         calls = {
             "allreduce_sum": lambda: hvd.allreduce(x, op=hvd.Sum, name="t"),
             "allreduce_average": lambda: hvd.allreduce(x, op=hvd.Average, name="t"),
@@ -74,6 +78,9 @@ def main():
                 x, op=hvd.Average, compression=hvd.Compression.fp16, name="t"),
             "allgather": lambda: hvd.allgather(x, name="t"),
             "broadcast": lambda: hvd.broadcast(x, 0, name="t"),
+            "reducescatter_sum": lambda: hvd.reducescatter(xs, op=hvd.Sum, name="t"),
+            "reducescatter_average": lambda: hvd.reducescatter(xs, op=hvd.Average, name="t"),
+            "alltoall": lambda: hvd.alltoall(xs, name="t"),
         }
         for what in COLLECTIVES:
             rows.append((what, size, timed(calls[what], args.batches, iters_for(size))))

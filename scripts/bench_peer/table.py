@@ -7,8 +7,9 @@ Each FILE holds lines `implementation<TAB>collective<TAB>bytes<TAB>seconds` (gor
 new result per call, as Horovod's ops return, left to the garbage collector ("new") or given back
 with `Release` ("released", as dropping a TensorFlow tensor gives Horovod's output back to TF's
 allocator), and ("reused") into a buffer the caller reuses (allreduce's `Output`, `AllgatherInto`)
-or in place (broadcast: `BroadcastVariables`). Ratios are Horovod's time over gorovod's (above 1:
-gorovod faster) and gorovod's over raw MPI's (1: at the MPI limit), each for new, released, reused.
+or in place (broadcast: `BroadcastVariables`); reducescatter and alltoall have no such call, and
+no reused figure ("-"). Ratios are Horovod's time over gorovod's (above 1: gorovod faster) and
+gorovod's over raw MPI's (1: at the MPI limit), each for new, released, reused.
 """
 
 import sys

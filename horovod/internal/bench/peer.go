@@ -15,7 +15,8 @@ import (
 
 // peerCollectives are the rows of `make bench-peer`, in the order scripts/bench_peer prints
 // them; scripts/bench_peer/horovod_collectives.py times the same calls of Horovod's.
-var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast"}
+var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
+	"reducescatter_sum", "reducescatter_average", "alltoall"}
 
 // parseSizes reads a comma-separated list of byte counts with an optional K or M suffix.
 func parseSizes(list string) ([]int, error) {
@@ -44,9 +45,9 @@ func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 // runPeer times, for every size, each of peerCollectives through gorovod's general API (one
 // tensor per call, a new result, as Horovod's TensorFlow ops return; as gorovod_released, a new
 // result given back with Release after each call; and, as gorovod_reused, into a buffer the
-// caller reuses (AllreduceOptions.Output, AllgatherInto) or in place (BroadcastVariables)) and,
-// where MPI has the operation,
-// raw MPI; rank 0 prints one tab-separated line per figure:
+// caller reuses (AllreduceOptions.Output, AllgatherInto) or in place (BroadcastVariables), where
+// the API has that: not for Reducescatter or Alltoall) and, where MPI has the operation, raw MPI;
+// rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 // With -only, only the collectives whose name matches it.
 func runPeer(comm *mpi.Comm, sizes []int) {
@@ -78,6 +79,12 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 		// another, in about one run in four, whichever side used it.
 		x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: ones(size)}
 		out := make([]byte, size*comm.Topology().Size)
+		// Reducescatter and Alltoall split the first dimension in equal blocks, one per rank, as
+		// raw MPI's equal counts do: their tensor is x's first elements, a multiple of the ranks
+		// (at most ranks-1 elements short of size where size/4 does not divide).
+		ranks := comm.Topology().Size
+		xs := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4 / ranks * ranks}}
+		xs.Data = x.Data[:xs.Shape[0]*4]
 		for _, what := range collectives {
 			var raw float64
 			var err error
@@ -90,6 +97,13 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				comm.Do(func() { raw, err = rawmpi.TimeAllgather(x.Data, out, *batches, iters) })
 			case "broadcast":
 				comm.Do(func() { raw, err = rawmpi.TimeBroadcast(x.Data, *batches, iters) })
+			case "reducescatter_sum", "reducescatter_average":
+				comm.Do(func() {
+					raw, err = rawmpi.TimeReducescatter(xs.Data, out[:len(xs.Data)/ranks], horovod.Float32,
+						what == "reducescatter_average", *batches, iters)
+				})
+			case "alltoall":
+				comm.Do(func() { raw, err = rawmpi.TimeAlltoall(xs.Data, out[:len(xs.Data)], *batches, iters) })
 			}
 			if err != nil {
 				log.Fatal(err)
@@ -128,6 +142,17 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				call = func(release bool) error { return released(hvd, release)(hvd.Allgather("t", x)) }
 			case "broadcast":
 				call = func(release bool) error { return released(hvd, release)(hvd.Broadcast("t", x, 0)) }
+			case "reducescatter_sum", "reducescatter_average":
+				o := horovod.ReducescatterOptions{Op: horovod.Sum}
+				if what == "reducescatter_average" {
+					o.Op = horovod.Average
+				}
+				call = func(release bool) error { return released(hvd, release)(hvd.Reducescatter("t", xs, o)) }
+			case "alltoall":
+				call = func(release bool) error {
+					t, _, err := hvd.Alltoall("t", xs, nil)
+					return released(hvd, release)(t, err)
+				}
 			}
 			if what == "allreduce_average_fp16" {
 				// A Reducer's results are its arenas, reused from call to call: no new result
