@@ -14,9 +14,10 @@ import (
 // report none.
 type sharedPathRank struct{ loopRank }
 
-func (sharedPathRank) AllreducePath() string { return "" }
-func (sharedPathRank) BroadcastPath() string { return "SHM" }
-func (sharedPathRank) AllgatherPath() string { return "SHM" }
+func (sharedPathRank) AllreducePath() string     { return "" }
+func (sharedPathRank) BroadcastPath() string     { return "SHM" }
+func (sharedPathRank) AllgatherPath() string     { return "SHM" }
+func (sharedPathRank) ReduceScatterPath() string { return "SHM" }
 
 var _ backend.PathReporter = sharedPathRank{}
 

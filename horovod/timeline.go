@@ -234,13 +234,15 @@ func (c *controller) onWire(k opKind, names []string, what string, f func() erro
 // the way the backend says it went (backend.PathReporter: SHM_ALLREDUCE, SHM_BCAST,
 // SHM_ALLGATHER where MPI's ranks used shared memory), else as backendPhase does.
 func (c *controller) wentPhase(k opKind) string {
-	if p, ok := c.data.(backend.PathReporter); ok && (k == kindAllreduce || k == kindBroadcast || k == kindAllgather) {
+	if p, ok := c.data.(backend.PathReporter); ok && k != kindAlltoall {
 		path := p.AllreducePath()
 		switch k {
 		case kindBroadcast:
 			path = p.BroadcastPath()
 		case kindAllgather:
 			path = p.AllgatherPath()
+		case kindReducescatter:
+			path = p.ReduceScatterPath()
 		}
 		if path != "" {
 			return path + "_" + phaseOp(k)

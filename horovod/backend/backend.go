@@ -272,7 +272,7 @@ type HostAllocator interface {
 	FreeHost(buf []byte) error
 }
 
-// PathReporter is implemented by a Backend whose Allreduce, Broadcast and Allgatherv move some
+// PathReporter is implemented by a Backend whose Allreduce, Broadcast, Allgatherv and ReduceScatter move some
 // buffers another way than their usual one (MPI: over shared memory, see HostAllocator). horovod
 // asks right after each of them, from the goroutine that made it, and names the timeline's wire
 // phase after the answer, so that a run shows which way its tensors went.
@@ -285,6 +285,8 @@ type PathReporter interface {
 	BroadcastPath() string
 	// AllgatherPath is AllreducePath for the last Allgatherv.
 	AllgatherPath() string
+	// ReduceScatterPath is AllreducePath for the last ReduceScatter (of a ReduceScatterer).
+	ReduceScatterPath() string
 }
 
 // ReduceScatterer is implemented by a Backend with a reduce-scatter of its own (MPI's

@@ -112,11 +112,13 @@ type Comm struct {
 	// shm is the memory the ranks lend each other when the whole job runs on this machine
 	// (shm.go), nil otherwise; lastPath says how the last Allreduce went (AllreducePath),
 	// lastBroadcastPath how the last broadcast did (BroadcastPath), lastGatherPath the last
-	// Allgatherv (AllgatherPath).
-	shm               *sharedMemory
-	lastPath          string
-	lastBroadcastPath string
-	lastGatherPath    string
+	// Allgatherv (AllgatherPath), lastReduceScatterPath the last ReduceScatter
+	// (ReduceScatterPath).
+	shm                   *sharedMemory
+	lastPath              string
+	lastBroadcastPath     string
+	lastGatherPath        string
+	lastReduceScatterPath string
 }
 
 var (
@@ -566,6 +568,20 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 		}
 		copy(recv, all[off:])
 		return nil
+	}
+	c.lastReduceScatterPath = ""
+	if c.shm != nil && op == backend.Sum && len(send) >= c.shm.stagedMin {
+		at := 0
+		for _, n := range counts[:c.topo.Rank] {
+			at += n
+		}
+		done, err := c.sharedReduceScatter(send, recv, at, dt)
+		if done {
+			c.lastReduceScatterPath = "SHM"
+		}
+		if done || err != nil {
+			return err
+		}
 	}
 	cc := make([]C.int, len(counts))
 	for r, n := range counts {

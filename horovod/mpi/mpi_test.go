@@ -805,3 +805,42 @@ func TestReduceScatterAndAlltoallvMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReduceScatterOverSharedMemory: with every rank on this machine, a sum of at least the
+// staging threshold (16 MiB) goes over shared memory (ReduceScatterPath "SHM", no MPI call that
+// reduces), in 4 MiB parts whose ends fall inside the ranks' blocks, each rank keeping its bytes of each
+// part; another op, or a shorter sum, stays with MPI_Reduce_scatter.
+func TestReduceScatterOverSharedMemory(t *testing.T) {
+	topo := need(t)
+	if comm.shm == nil {
+		t.Skip("the ranks are not all on this machine")
+	}
+	defer func(n int) { comm.shm.stagedMin = n }(comm.shm.stagedMin)
+	comm.shm.stagedMin = StagedAllreduceMinBytes
+	parts := SharedAllreducePart / 4 // float32 elements in a part
+	for _, ec := range elementCodecs {
+		es := ec.dt.Size()
+		elements := make([]int, topo.Size)
+		for r := range elements {
+			// 4.5 parts (18 MiB) in all, every block a different length.
+			elements[r] = (9*parts/2)*4/es/topo.Size + 7*r
+		}
+		for _, op := range []backend.ReduceOp{backend.Sum, backend.Max} {
+			before, reduces := comm.AllreduceCalls(), comm.SharedAllreduces()
+			checkReduceScatter(t, topo, ec, op, elements)
+			want := map[backend.ReduceOp]string{backend.Sum: "SHM", backend.Max: ""}[op]
+			if got := comm.ReduceScatterPath(); got != want {
+				t.Errorf("%v %v of %d elements: path %q, want %q", ec.dt, op, elements, got, want)
+			}
+			if op == backend.Sum && (comm.AllreduceCalls() != before || comm.SharedAllreduces()-reduces != 5) {
+				t.Errorf("%v sum: %d MPI_Allreduce calls and %d shared-memory sums, want none and one per part (5)",
+					ec.dt, comm.AllreduceCalls()-before, comm.SharedAllreduces()-reduces)
+			}
+		}
+	}
+	short := slices.Repeat([]int{1 << 10}, topo.Size)
+	checkReduceScatter(t, topo, elementCodecs[0], backend.Sum, short)
+	if got := comm.ReduceScatterPath(); got != "" {
+		t.Errorf("a sum of %d bytes, under the staging threshold: path %q", 4*topo.Size<<10, got)
+	}
+}

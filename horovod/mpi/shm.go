@@ -446,7 +446,8 @@ func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, 
 		if c.shm.beforePart != nil {
 			c.shm.beforePart(off)
 		}
-		done, err := c.sharedAllreducePart(send[off:end], recv[off:end], dt, len(recv) >= c.shm.stagedMin)
+		part := recv[off:end]
+		done, err := c.sharedSumPart(send[off:end], part, dt, len(recv) >= c.shm.stagedMin, func(sum []byte) { copy(part, sum) })
 		if !done || err != nil {
 			if off > 0 && err == nil {
 				// The ranks agreed to go on with MPI after an earlier part went over shared
@@ -460,29 +461,31 @@ func (c *Comm) sharedAllreduce(send, recv []byte, dt backend.DType) (done bool, 
 	return true, nil
 }
 
-// sharedAllreducePart is one part of sharedAllreduce. recv is summed where it lies when it is
-// in one of this rank's segments (after send is copied into it); otherwise, when stage is set,
-// send is copied into the staging segment, summed there, and copied out into recv, and when it
-// is not, the part is left to MPI.
+// sharedSumPart is one part of sharedAllreduce or sharedReduceScatter: the sum over the ranks
+// of send, as long as recv. recv is summed where it lies when it is in one of this rank's
+// segments (after send is copied into it); otherwise, when stage is set, send is copied into the
+// staging segment and summed there, and deliver copies what it wants out of the sum; when it is
+// not, the part is left to MPI. recv nil is never in a segment: a reduce-scatter stages the
+// whole tensor and keeps its block.
 //
 // Once mapShared has told every rank where every buffer lies (and that its data is in place),
 // each rank sums its share of the elements (whole cache lines) in every rank's buffer and writes
 // the sum into all of them; a barrier ends it.
-func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType, stage bool) (done bool, err error) {
+func (c *Comm) sharedSumPart(send, recv []byte, dt backend.DType, stage bool, deliver func(sum []byte)) (done bool, err error) {
 	m := c.shm
 	work := recv
 	seg, off, _ := m.find(recv)
 	if seg == nil && stage {
 		// A rank that cannot stage says so in its descriptor, and every rank leaves this part
 		// to MPI.
-		if staged, stageErr := m.stage(len(recv)); stageErr == nil {
-			seg, work = staged, staged.data[:len(recv)]
+		if staged, stageErr := m.stage(len(send)); stageErr == nil {
+			seg, work = staged, staged.data[:len(send)]
 		}
 	}
 	if seg != nil && &send[0] != &work[0] {
 		copy(work, send)
 	}
-	peers, _, ok, err := c.mapShared(m.segmentDescriptor(seg, off), seg, func(int, descriptor) int { return len(recv) })
+	peers, _, ok, err := c.mapShared(m.segmentDescriptor(seg, off), seg, func(int, descriptor) int { return len(send) })
 	if !ok || err != nil {
 		return false, err
 	}
@@ -495,7 +498,7 @@ func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType, stage bo
 		}
 	}
 	es := dt.Size()
-	n := len(recv) / es
+	n := len(send) / es
 	line := 64 / es // whole cache lines per rank: no two ranks write the same line
 	per := (n + m.size - 1) / m.size
 	per = (per + line - 1) / line * line
@@ -511,10 +514,46 @@ func (c *Comm) sharedAllreducePart(send, recv []byte, dt backend.DType, stage bo
 	if err := c.Barrier(); err != nil {
 		return false, err
 	}
-	if &work[0] != &recv[0] {
-		copy(recv, work)
+	if len(recv) == 0 || &work[0] != &recv[0] {
+		deliver(work)
 	}
 	m.reduces.Add(1)
+	return true, nil
+}
+
+// sharedReduceScatter is ReduceScatter's sum over shared memory: send is summed as
+// sharedAllreduce sums a buffer it stages, in the same parts, and this rank copies out of each
+// part's sum only the bytes of its block, which starts at byte at of the tensor (Open MPI's
+// MPI_Reduce_scatter reduces the whole tensor into a buffer it allocates per call: 2 ranks,
+// 64 MiB, 80 ms against 16 ms for an allreduce in shared memory keeping the block). done is
+// false when some rank could not stage the first part, and MPI is left to do it all.
+func (c *Comm) sharedReduceScatter(send, recv []byte, at int, dt backend.DType) (done bool, err error) {
+	step := SharedAllreducePart / 64 * 64
+	for off := 0; off < len(send); off += step {
+		end := min(off+step, len(send))
+		lo, hi := max(off, at), min(end, at+len(recv)) // this rank's bytes in the part
+		keep := func(sum []byte) {
+			if lo < hi {
+				copy(recv[lo-at:hi-at], sum[lo-off:hi-off])
+			}
+		}
+		done, err := c.sharedSumPart(send[off:end], nil, dt, true, keep)
+		if !done || err != nil {
+			if off > 0 && err == nil {
+				// As in sharedAllreduce, MPI sums the rest, here whole, of which this rank
+				// keeps its bytes.
+				rest := make([]byte, len(send)-off)
+				if err := c.mpiAllreduce(send[off:], rest, dt, backend.Sum); err != nil {
+					return true, err
+				}
+				if lo = max(off, at); lo < at+len(recv) {
+					copy(recv[lo-at:], rest[lo-off:])
+				}
+				return true, nil
+			}
+			return done, err
+		}
+	}
 	return true, nil
 }
 
@@ -798,3 +837,6 @@ func (c *Comm) BroadcastPath() string { return c.lastBroadcastPath }
 // AllgatherPath is "SHM" when the last Allgatherv went over shared memory, "" when MPI did it
 // (backend.PathReporter).
 func (c *Comm) AllgatherPath() string { return c.lastGatherPath }
+
+// ReduceScatterPath is "SHM" when the last ReduceScatter summed over shared memory.
+func (c *Comm) ReduceScatterPath() string { return c.lastReduceScatterPath }
