@@ -99,26 +99,14 @@ func (n nativeExchange) Alltoallv(send []byte, sendCounts []int, recv []byte, re
 // (native) or not, returning the counters of the native calls and of the loopback's.
 func exchangeJob(t *testing.T, size int, native bool) ([]*Horovod, *loopback, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
-	g := newLoopback(size)
 	var reduceScatters, alltoalls atomic.Int64
-	hs, errs := initRanks(g, func(int) []Option {
-		if !native {
-			return nil
-		}
-		return []Option{WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
+	var opts []Option
+	if native {
+		opts = append(opts, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
 			return nativeExchange{control, &reduceScatters, &alltoalls}, nil
-		})}
-	})
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 	}
-	t.Cleanup(func() {
-		for _, h := range hs {
-			h.Shutdown()
-		}
-	})
+	hs, g := job(t, size, opts...)
 	return hs, g, &reduceScatters, &alltoalls
 }
 
