@@ -368,3 +368,57 @@ func TestAlltoallFitsCInts(t *testing.T) {
 		}
 	}
 }
+
+// ReducescatterOptions.Output and AlltoallInto put the results in the caller's buffers, through
+// the backend's own collectives and the fallbacks alike; a buffer of the wrong length is refused
+// (a reducescatter's at once: its block is known; an alltoall's on that rank alone, once the
+// splits are agreed, while the others get their results).
+func TestReducescatterAndAlltoallIntoTheCallersBuffer(t *testing.T) {
+	alias := func(v []int32) []byte { return mustTensor(t, nil, v).Data } // v's memory as bytes
+	for _, native := range []bool{true, false} {
+		hs, _, _, _ := exchangeJob(t, 2, native)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			in := []int32{1, 2, 3, 4, 5, 6}
+			x := mustTensor(t, []int{3, 2}, in)
+			out := make([]int32, []int{4, 2}[h.Rank()])
+			res, err := h.Reducescatter("rs", x, ReducescatterOptions{Op: Sum, Output: alias(out)})
+			if err != nil {
+				return err
+			}
+			want := [][]int32{{2, 4, 6, 8}, {10, 12}}[h.Rank()]
+			if !slices.Equal(out, want) || &res.Data[0] != &alias(out)[0] {
+				return fmt.Errorf("native=%v: reducescatter into the caller's buffer: %v (result in it: %v), want %v", native, out, &res.Data[0] == &alias(out)[0], want)
+			}
+			if _, err := h.Reducescatter("rs/short", x, ReducescatterOptions{Output: make([]byte, 4)}); err == nil || !strings.Contains(err.Error(), "Output holds 4 bytes for this rank's block of") {
+				return fmt.Errorf("a short Output: %v", err)
+			}
+			if _, err := h.Reducescatter("rs/overlap", x, ReducescatterOptions{Output: x.Data[:len(alias(out))]}); err == nil || !strings.Contains(err.Error(), "overlaps") {
+				return fmt.Errorf("an Output over the input: %v", err)
+			}
+			splits := [][]int{{1, 2}, {3, 0}}[h.Rank()]
+			got := make([]int32, []int{8, 4}[h.Rank()])
+			res, from, err := h.AlltoallInto("a2a", x, splits, alias(got))
+			if err != nil {
+				return err
+			}
+			wantA := [][]int32{{1, 2, 1, 2, 3, 4, 5, 6}, {3, 4, 5, 6}}[h.Rank()]
+			if !slices.Equal(got, wantA) || !slices.Equal(from, [][]int{{1, 3}, {2, 0}}[h.Rank()]) || &res.Data[0] != &alias(got)[0] {
+				return fmt.Errorf("native=%v: alltoall into the caller's buffer: %v from %v, want %v", native, got, from, wantA)
+			}
+			var wrong []byte
+			if h.Rank() == 1 {
+				wrong = make([]byte, 4) // rank 1 receives 4 int32, not 1
+			} else {
+				wrong = alias(make([]int32, 8))
+			}
+			_, _, err = h.AlltoallInto("a2a/wrong", x, splits, wrong)
+			if h.Rank() == 1 && (err == nil || !strings.Contains(err.Error(), "the output buffer holds 4 bytes for a result of 16")) {
+				return fmt.Errorf("a short buffer on rank 1: %v", err)
+			}
+			if h.Rank() == 0 && err != nil {
+				return fmt.Errorf("rank 0 beside rank 1's short buffer: %v", err)
+			}
+			return nil
+		})
+	}
+}

@@ -575,8 +575,8 @@ func (c *controller) reducescatter(r *response) error {
 	var in, out []byte
 	if req == nil {
 		in, out = make([]byte, s.bytes()), make([]byte, counts[c.rank])
-	} else {
-		in, out = req.input, c.h.results.get(counts[c.rank]) // all of it written by the reduction
+	} else if in, out = req.input, req.output; out == nil {
+		out = c.h.results.get(counts[c.rank]) // all of it written by the reduction
 	}
 	post := s.postscale
 	if s.op == Average {
@@ -639,7 +639,15 @@ func (c *controller) alltoall(r *response) error {
 		recvCounts[k] = received[k] * row
 		total += recvCounts[k]
 	}
-	out := c.h.results.get(total) // all of it written: every rank's block
+	var out []byte
+	switch {
+	case req.output != nil && len(req.output) == total:
+		out = req.output // AlltoallInto's buffer
+	case req.output != nil: // the wrong length: this rank's error once the collective is done
+		out = make([]byte, total)
+	default:
+		out = c.h.results.get(total) // all of it written: every rank's block
+	}
 	c.timeline.start(s.name, "QUEUE", r.ready)
 	c.timeline.end(s.name)
 	names := []string{s.name}
@@ -677,6 +685,11 @@ func (c *controller) alltoall(r *response) error {
 			written += copy(out[written:], gathered[at+before:at+before+recvCounts[k]])
 			at += inputs[k]
 		}
+	}
+	if req.output != nil && len(req.output) != total {
+		req.complete(Tensor{}, &Error{Op: "alltoall", Tensor: s.name, Reason: fmt.Sprintf(
+			"the output buffer holds %d bytes for a result of %d (the rows every rank sends this one)", len(req.output), total)})
+		return nil
 	}
 	req.received = received
 	shape := append([]int{0}, s.shape[1:]...)

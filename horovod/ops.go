@@ -210,6 +210,11 @@ type ReducescatterOptions struct {
 	// Prescale multiplies each rank's input before the reduction, Postscale the result after it
 	// (after the division of Average); 0 means 1.
 	Prescale, Postscale float64
+	// Output, when not nil, receives this rank's block instead of a new buffer, as
+	// AllreduceOptions.Output does for Allreduce: a buffer the caller reuses from call to call,
+	// exactly as long as the block (its rows of the first dimension, Reducescatter's split) and
+	// apart from the tensor's Data; the result's Data is Output.
+	Output []byte
 }
 
 func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOptions) (*request, error) {
@@ -222,11 +227,24 @@ func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOpt
 	if o.Op > Product {
 		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
 	}
+	if o.Output != nil {
+		block := 0 // bytes of this rank's rows
+		if t.Shape[0] > 0 {
+			block = scatterRows(t.Shape[0], h.Size(), h.Rank()) * (len(t.Data) / t.Shape[0])
+		}
+		if len(o.Output) != block {
+			return nil, &Error{Op: "reducescatter", Tensor: name, Reason: fmt.Sprintf("Output holds %d bytes for this rank's block of %d", len(o.Output), block)}
+		}
+		if parallel.Overlap(o.Output, t.Data) {
+			return nil, &Error{Op: "reducescatter", Tensor: name, Reason: "Output overlaps the tensor's Data"}
+		}
+	}
 	pre, post := scaleFactors(o.Prescale, o.Postscale)
 	return &request{
 		spec: spec{name: name, kind: kindReducescatter, dtype: t.DType, shape: slices.Clone(t.Shape), op: o.Op,
 			prescale: pre, postscale: post},
-		input: t.Data,
+		input:  t.Data,
+		output: o.Output,
 	}, nil
 }
 
@@ -313,6 +331,30 @@ func (h *Horovod) Alltoall(name string, t Tensor, splits []int) (Tensor, []int, 
 		return Tensor{}, nil, err
 	}
 	return out, req.received, nil
+}
+
+// AlltoallInto is Alltoall into out, a buffer the caller reuses from call to call, as
+// AllgatherInto is Allgather's. out must be exactly as long as the result (the rows every rank
+// sends this one) and apart from t's Data; the result's Data is out. A wrong length is this
+// rank's error alone, found once the ranks have agreed on the splits: the collective still runs,
+// so the other ranks get their results.
+func (h *Horovod) AlltoallInto(name string, t Tensor, splits []int, out []byte) (Tensor, []int, error) {
+	req, err := h.alltoallRequest(name, t, splits)
+	if err != nil {
+		return Tensor{}, nil, err
+	}
+	if out == nil {
+		return Tensor{}, nil, &Error{Op: "alltoall", Tensor: name, Reason: "AlltoallInto needs an output buffer (Alltoall allocates one)"}
+	}
+	if parallel.Overlap(out, t.Data) {
+		return Tensor{}, nil, &Error{Op: "alltoall", Tensor: name, Reason: "the output buffer overlaps the tensor's Data"}
+	}
+	req.output = out
+	res, err := h.ctl.awaitOne(req)
+	if err != nil {
+		return Tensor{}, nil, err
+	}
+	return res, req.received, nil
 }
 
 func (h *Horovod) broadcastRequest(name string, t Tensor, root int, inPlace bool) (*request, error) {

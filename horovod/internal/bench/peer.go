@@ -45,8 +45,8 @@ func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 // runPeer times, for every size, each of peerCollectives through gorovod's general API (one
 // tensor per call, a new result, as Horovod's TensorFlow ops return; as gorovod_released, a new
 // result given back with Release after each call; and, as gorovod_reused, into a buffer the
-// caller reuses (AllreduceOptions.Output, AllgatherInto) or in place (BroadcastVariables), where
-// the API has that: not for Reducescatter or Alltoall) and, where MPI has the operation, raw MPI;
+// caller reuses (AllreduceOptions.Output, AllgatherInto, ReducescatterOptions.Output,
+// AlltoallInto) or in place (BroadcastVariables)) and, where MPI has the operation, raw MPI;
 // rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 // With -only, only the collectives whose name matches it.
@@ -178,6 +178,14 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 			case "broadcast":
 				vars := []horovod.NamedTensor{{Name: "t", Tensor: x}}
 				reused = func() error { return hvd.BroadcastVariables(vars, 0) }
+			case "reducescatter_sum", "reducescatter_average":
+				o := horovod.ReducescatterOptions{Op: horovod.Sum, Output: out[:len(xs.Data)/ranks]}
+				if what == "reducescatter_average" {
+					o.Op = horovod.Average
+				}
+				reused = func() error { _, err := hvd.Reducescatter("t", xs, o); return err }
+			case "alltoall":
+				reused = func() error { _, _, err := hvd.AlltoallInto("t", xs, nil, out[:len(xs.Data)]); return err }
 			}
 			if reused != nil {
 				rows = append(rows, row{"gorovod_reused", what, size, timeCalls(hvd, iters, reused)})
