@@ -550,6 +550,11 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 	if err := c.checkReduceScatter(send, recv, counts, dt, op); err != nil || len(send) == 0 {
 		return err
 	}
+	c.lastReduceScatterPath = ""
+	at := 0 // this rank's block's offset in the tensor
+	for _, n := range counts[:c.topo.Rank] {
+		at += n
+	}
 	es := dt.Size()
 	if len(send)/es > maxCount {
 		// The counts are C ints, and Open MPI adds them up in a C int itself (the whole
@@ -562,19 +567,10 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 		if err := c.Allreduce(send, all, dt, op); err != nil {
 			return err
 		}
-		off := 0
-		for _, n := range counts[:c.topo.Rank] {
-			off += n
-		}
-		copy(recv, all[off:])
+		copy(recv, all[at:])
 		return nil
 	}
-	c.lastReduceScatterPath = ""
 	if c.shm != nil && op == backend.Sum && len(send) >= c.shm.stagedMin {
-		at := 0
-		for _, n := range counts[:c.topo.Rank] {
-			at += n
-		}
 		done, err := c.sharedReduceScatter(send, recv, at, dt)
 		if done {
 			c.lastReduceScatterPath = "SHM"
@@ -625,11 +621,10 @@ func (c *Comm) checkReduceScatter(send, recv []byte, counts []int, dt backend.DT
 
 // Alltoallv is MPI_Alltoallv of bytes (backend.Alltoaller). Its counts and displacements are C
 // ints: a block of more than maxCount bytes (2^31-1), or one that starts past maxCount in its
-// buffer, is an error, on this rank only. It has no fallback because no rank knows the other
-// ranks' counts: to take one alike, the ranks would have to agree on it first, a collective
-// more in every call. So a peer whose own counts and displacements fit enters MPI_Alltoallv and
-// waits there for this rank, as after any error of a rank's own. (Horovod's MPI alltoall has the
-// same C-int limits.)
+// buffer, is an error, on this rank only, and a peer whose own counts fit waits for it in
+// MPI_Alltoallv (no rank knows the others' counts). horovod never gets there: it knows every
+// rank's splits and takes its allgather instead on every rank alike (alltoallFitsCInts).
+// (Horovod's MPI alltoall has the same C-int limits.)
 func (c *Comm) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
 	if err := c.checkAlltoallv(send, sendCounts, recv, recvCounts); err != nil {
 		return err
