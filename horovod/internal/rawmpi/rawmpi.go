@@ -239,6 +239,18 @@ func anyPointer(b, other []byte) unsafe.Pointer {
 	return nil
 }
 
+// timedKind is raw_time's kind for a reduction whose sum is kind sum: with average set, the one
+// after it, the sum followed by a float32 scaling.
+func timedKind(sum int, dt backend.DType, average bool) (int, error) {
+	if !average {
+		return sum, nil
+	}
+	if dt != backend.Float32 {
+		return 0, fmt.Errorf("rawmpi: timing an average of %v: float32 only", dt)
+	}
+	return sum + 1, nil
+}
+
 // TimeAllreduce is the seconds an MPI_Allreduce sum from send into recv takes (MPI_IN_PLACE when
 // they are the same slice), as one call, or when chunk > 0 as calls of at most chunk bytes each
 // (whole elements), followed when average is set by a multiplication of every float32 of recv by
@@ -251,12 +263,9 @@ func TimeAllreduce(send, recv []byte, dt backend.DType, average bool, chunk, bat
 	if len(send) != len(recv) || len(send) == 0 {
 		return 0, fmt.Errorf("rawmpi: timing an allreduce of %d bytes into %d", len(send), len(recv))
 	}
-	kind := 0
-	if average {
-		if dt != backend.Float32 {
-			return 0, fmt.Errorf("rawmpi: timing an average of %v: float32 only", dt)
-		}
-		kind = 1
+	kind, err := timedKind(0, dt, average)
+	if err != nil {
+		return 0, err
 	}
 	return float64(C.raw_time(C.int(kind), unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()),
 		C.int(dt), C.int(chunk/dt.Size()), C.int(batches), C.int(iters))), nil
@@ -291,12 +300,9 @@ func TimeReducescatter(send, recv []byte, dt backend.DType, average bool, batche
 	if len(recv) == 0 || len(recv)%dt.Size() != 0 || len(send) != len(recv)*int(C.raw_size()) {
 		return 0, fmt.Errorf("rawmpi: timing a reduce-scatter of %d bytes into blocks of %d", len(send), len(recv))
 	}
-	kind := 4
-	if average {
-		if dt != backend.Float32 {
-			return 0, fmt.Errorf("rawmpi: timing an average of %v: float32 only", dt)
-		}
-		kind = 5
+	kind, err := timedKind(4, dt, average)
+	if err != nil {
+		return 0, err
 	}
 	return float64(C.raw_time(C.int(kind), unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(recv)/dt.Size()),
 		C.int(dt), 0, C.int(batches), C.int(iters))), nil
