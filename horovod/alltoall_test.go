@@ -97,10 +97,9 @@ func (n nativeExchange) Alltoallv(send []byte, sendCounts []int, recv []byte, re
 
 // exchangeJob starts size ranks whose data backend has its own reduce-scatter and all-to-all
 // (native) or not, returning the counters of the native calls and of the loopback's.
-func exchangeJob(t *testing.T, size int, native bool) ([]*Horovod, *loopback, *atomic.Int64, *atomic.Int64) {
+func exchangeJob(t *testing.T, size int, native bool, opts ...Option) ([]*Horovod, *loopback, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
 	var reduceScatters, alltoalls atomic.Int64
-	var opts []Option
 	if native {
 		opts = append(opts, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
 			return nativeExchange{control, &reduceScatters, &alltoalls}, nil
@@ -142,29 +141,12 @@ func TestReducescatter(t *testing.T) {
 				for _, n := range wantRows[:h.Rank()] {
 					first += n * cols
 				}
-				pre, post := scaleFactors(o.Prescale, o.Postscale)
+				want := reduction(o, size, input, first, len(out.Data)/8)
 				for i, got := range mustValues[float64](out) {
-					want := pre * input(0, first+i)
-					for r := 1; r < size; r++ {
-						v := pre * input(r, first+i)
-						switch o.Op {
-						case Sum, Average:
-							want += v
-						case Min:
-							want = math.Min(want, v)
-						case Max:
-							want = math.Max(want, v)
-						case Product:
-							want *= v
-						}
-					}
-					if o.Op == Average {
-						want /= size
-					}
 					// Every value is a small integer, a half or a third of one, scaled by 3:
 					// exact up to the one rounding of the division.
-					if want *= post; math.Abs(got-want) > 1e-12*math.Max(1, math.Abs(want)) {
-						return fmt.Errorf("%+v: element %d of its block: %v, want %v", o, i, got, want)
+					if math.Abs(got-want[i]) > 1e-12*math.Max(1, math.Abs(want[i])) {
+						return fmt.Errorf("%+v: element %d of its block: %v, want %v", o, i, got, want[i])
 					}
 				}
 				return nil
@@ -177,6 +159,34 @@ func TestReducescatter(t *testing.T) {
 			t.Errorf("%d reduce-scatters of the backend's, want %d", reduceScatters.Load(), 6*size)
 		}
 	}
+}
+
+// reduction returns elements first to first+n of the reduction o makes of size ranks' inputs,
+// input(rank, i) the i-th element of rank's, computed here in float64.
+func reduction(o ReducescatterOptions, size int, input func(rank, i int) float64, first, n int) []float64 {
+	pre, post := scaleFactors(o.Prescale, o.Postscale)
+	out := make([]float64, n)
+	for i := range out {
+		want := pre * input(0, first+i)
+		for r := 1; r < size; r++ {
+			v := pre * input(r, first+i)
+			switch o.Op {
+			case Sum, Average:
+				want += v
+			case Min:
+				want = math.Min(want, v)
+			case Max:
+				want = math.Max(want, v)
+			case Product:
+				want *= v
+			}
+		}
+		if o.Op == Average {
+			want /= float64(size)
+		}
+		out[i] = want * post
+	}
+	return out
 }
 
 // A rank that has joined contributes zeros to the others' reducescatters, as to their

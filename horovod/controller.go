@@ -27,7 +27,7 @@ type controller struct {
 	shutdownAsked bool
 	joinAsked     bool
 	joinResult    chan int
-	groups        uint64 // grouped allreduces queued so far: groups are numbered in queueing order
+	groups        uint64 // groups (of any grouped operation) queued so far: groups are numbered in queueing order
 	wake          chan struct{}
 	stopped       chan struct{}
 	// closing is held for reading by callers that touch memory the data backend lent (a
@@ -54,7 +54,7 @@ type controller struct {
 	// Owned by the holder of turn; the first two are identical on every rank.
 	table *messageTable
 	cache *responseCache
-	// failedGroups holds the grouped allreduces that have failed, by group name: their members
+	// failedGroups holds the groups that have failed, by group name: their members
 	// still to be answered fail too (answer). Forgotten when the ranks number groups afresh.
 	failedGroups map[string]*groupFailure
 	lastWarn     time.Time
@@ -296,8 +296,8 @@ func (c *controller) round(byCaller bool) (busy, over bool) {
 	}
 	if lastJoined >= 0 {
 		c.mu.Lock()
-		// The ranks that joined early took part in the others' groups without calling
-		// GroupedAllreduce: every rank counts its groups afresh, as all have nothing in flight.
+		// The ranks that joined early took part in the others' groups without a Grouped call of
+		// their own: every rank counts its groups afresh, as all have nothing in flight.
 		c.groups = 0
 		clear(c.failedGroups)
 		if c.joinAsked {

@@ -51,10 +51,10 @@ func (o ReduceOp) backendOp() backend.ReduceOp {
 	return backend.Sum
 }
 
-// execute runs the responses of one round in order. Each allreduce takes along every later ready
-// allreduce of the same dtype, op and scale factors while they fit the fusion threshold, each
-// broadcast every later broadcast from the same root, each allgather every later allgather, and
-// the group runs as one backend call. Every rank computes the same batches from the same responses.
+// execute runs the responses of one round in order. Each allreduce (reducescatter) takes along
+// every later ready allreduce (reducescatter) of the same dtype, op and scale factors while they
+// fit the fusion threshold, each broadcast every later broadcast from the same root, each
+// allgather every later allgather, and the group runs as one backend call. Every rank computes the same batches from the same responses.
 // An error from the backend is returned: the collective state is then unknown and the loop stops.
 func (c *controller) execute(responses []*response) error {
 	used := make([]bool, len(responses))
@@ -74,7 +74,7 @@ func (c *controller) execute(responses []*response) error {
 		var err error
 		c.executing = c.executing[:0]
 		switch r.spec.kind {
-		case kindAllreduce:
+		case kindAllreduce, kindReducescatter:
 			bytes := r.spec.bytes()
 			for j := i + 1; j < len(responses); j++ {
 				if !used[j] && fusable(r, responses[j]) && bytes+responses[j].spec.bytes() <= c.h.cfg.FusionThreshold {
@@ -83,7 +83,11 @@ func (c *controller) execute(responses []*response) error {
 					batch = append(batch, responses[j])
 				}
 			}
-			err = c.allreduce(batch)
+			if r.spec.kind == kindAllreduce {
+				err = c.allreduce(batch)
+			} else {
+				err = c.reducescatter(batch)
+			}
 		case kindAllgather:
 			bytes := gatheredBytes(r)
 			for j := i + 1; j < len(responses); j++ {
@@ -113,8 +117,6 @@ func (c *controller) execute(responses []*response) error {
 			}
 		case kindBarrier:
 			err = c.barrier(r)
-		case kindReducescatter:
-			err = c.reducescatter(r)
 		case kindAlltoall:
 			err = c.alltoall(r)
 		}
@@ -148,9 +150,11 @@ func (c *controller) execute(responses []*response) error {
 // change which calls a rank makes.
 const directBroadcastMin = 256 << 10
 
+// fusable reports whether b fuses with a, an allreduce or a reducescatter: the same kind, dtype,
+// reduce op and scale factors.
 func fusable(a, b *response) bool {
 	x, y := a.spec, b.spec
-	return b.err == nil && y.kind == kindAllreduce && x.dtype == y.dtype && x.op == y.op &&
+	return b.err == nil && y.kind == x.kind && x.dtype == y.dtype && x.op == y.op &&
 		x.prescale == y.prescale && x.postscale == y.postscale
 }
 
@@ -210,12 +214,6 @@ func (c *controller) allreduce(batch []*response) error {
 	for i, r := range batch {
 		names[i] = r.spec.name
 	}
-	phase := func(what string, f func() error) error {
-		c.timeline.startAll(names, what)
-		err := c.busy(what, f)
-		c.timeline.endAll(names)
-		return err
-	}
 	wire := c.backendPhase(kindAllreduce)
 	reduce := func(in, out []byte) error {
 		return c.onWire(kindAllreduce, names, wire, func() error { return c.data.Allreduce(in, out, s.dtype, s.op.backendOp()) })
@@ -274,7 +272,7 @@ func (c *controller) allreduce(batch []*response) error {
 		if in == nil {
 			parts = partsOf(ops, func(o operand) []byte { return o.input })
 		}
-		_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
+		_ = c.phase(names, "MEMCPY_IN_FUSION_BUFFER", func() error {
 			parallel.Gather(buf, parts, c.h.workers)
 			scale(buf, s.dtype, s.prescale, c.h.workers)
 			return nil
@@ -288,7 +286,7 @@ func (c *controller) allreduce(batch []*response) error {
 		scale(buf, s.dtype, post, c.h.workers)
 	} else {
 		parts := partsOf(ops, func(o operand) []byte { return o.output })
-		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
+		_ = c.phase(names, "MEMCPY_OUT_FUSION_BUFFER", func() error {
 			scale(buf, s.dtype, post, c.h.workers)
 			parallel.Scatter(parts, buf, c.h.workers)
 			return nil
@@ -498,12 +496,6 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 		c.timeline.start(r.spec.name, "QUEUE", r.ready)
 		c.timeline.end(r.spec.name)
 	}
-	phase := func(what string, f func() error) error {
-		c.timeline.startAll(names, what)
-		err := c.busy(what, f)
-		c.timeline.endAll(names)
-		return err
-	}
 	buf := span(ops, func(o operand) []byte { return o.output })
 	if buf != nil && c.rank == root {
 		// The root's inputs go where they are broadcast from: its own outputs, unless in place.
@@ -523,7 +515,7 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 		buf = c.fusion.buf[:total]
 		if c.rank == root {
 			parts := partsOf(ops, func(o operand) []byte { return o.input })
-			_ = phase("MEMCPY_IN_FUSION_BUFFER", func() error {
+			_ = c.phase(names, "MEMCPY_IN_FUSION_BUFFER", func() error {
 				parallel.Gather(buf, parts, c.h.workers)
 				return nil
 			})
@@ -534,7 +526,7 @@ func (c *controller) fusedBroadcast(batch []*response) error {
 	}
 	if !direct {
 		parts := partsOf(ops, func(o operand) []byte { return o.output })
-		_ = phase("MEMCPY_OUT_FUSION_BUFFER", func() error {
+		_ = c.phase(names, "MEMCPY_OUT_FUSION_BUFFER", func() error {
 			parallel.Scatter(parts, buf, c.h.workers)
 			return nil
 		})
@@ -556,69 +548,116 @@ func scatterRows(rows, size, rank int) int {
 	return n
 }
 
-// reducescatter reduces the whole tensor across ranks and leaves each rank its block of rows:
-// through the backend's own reduce-scatter where it has one (backend.ReduceScatterer), else an
-// allreduce of the whole tensor in the fusion buffer of which this rank keeps its block. A rank
-// that has joined contributes zeros, as to an allreduce.
-func (c *controller) reducescatter(r *response) error {
-	s := r.spec
-	req := c.take(s.name)
-	row := rowBytes(s)
-	counts := make([]int, c.size)
-	offset := 0 // of this rank's block in the whole tensor
-	for k := range counts {
-		counts[k] = scatterRows(s.shape[0], c.size, k) * row
-		if k < c.rank {
-			offset += counts[k]
-		}
-	}
-	var in, out []byte
-	if req == nil {
-		in, out = make([]byte, s.bytes()), make([]byte, counts[c.rank])
-	} else if in, out = req.input, req.output; out == nil {
-		out = c.h.results.get(counts[c.rank]) // all of it written by the reduction
-	}
+// reducescatter reduces the batch's tensors across ranks and leaves each rank its block of rows
+// of each: through the backend's own reduce-scatter where it has one (backend.ReduceScatterer),
+// else an allreduce of the whole of them of which this rank keeps its blocks. Several tensors
+// fuse as Horovod fuses them: the fusion buffer holds, for each rank in order, every tensor's
+// block for that rank, so one reduce-scatter leaves each rank its blocks back to back. A lone
+// tensor, unscaled, goes straight from its input into its output. A rank that has joined
+// contributes zeros, as to an allreduce.
+func (c *controller) reducescatter(batch []*response) error {
+	s := batch[0].spec
 	post := s.postscale
 	if s.op == Average {
 		post /= float64(c.size)
 	}
-	c.timeline.start(s.name, "QUEUE", r.ready)
-	c.timeline.end(s.name)
-	names := []string{s.name}
+	names := make([]string, len(batch))
+	reqs := make([]*request, len(batch))
+	ins, outs := make([][]byte, len(batch)), make([][]byte, len(batch))
+	blocks := make([][]int, len(batch)) // bytes of each tensor's block for each rank
+	counts := make([]int, c.size)       // bytes of the fused block for each rank
+	total := 0
+	for i, r := range batch {
+		names[i] = r.spec.name
+		row := rowBytes(r.spec)
+		blocks[i] = make([]int, c.size)
+		for k := range c.size {
+			blocks[i][k] = scatterRows(r.spec.shape[0], c.size, k) * row
+			counts[k] += blocks[i][k]
+		}
+		total += r.spec.bytes()
+		reqs[i] = c.take(r.spec.name)
+		switch req := reqs[i]; {
+		case req == nil:
+			ins[i], outs[i] = make([]byte, r.spec.bytes()), make([]byte, blocks[i][c.rank])
+		case req.output != nil:
+			ins[i], outs[i] = req.input, req.output
+		default:
+			ins[i], outs[i] = req.input, c.h.results.get(blocks[i][c.rank]) // all of it written by the reduction
+		}
+		c.timeline.start(r.spec.name, "QUEUE", r.ready)
+		c.timeline.end(r.spec.name)
+	}
 	rs, native := c.data.(backend.ReduceScatterer)
-	var buf []byte
-	if s.prescale != 1 || !native {
-		// The fusion buffer holds the scaled input (the caller's stays unchanged) or, without a
-		// reduce-scatter of the backend's, the whole reduction.
-		c.fusion.grow(len(in), false)
+	in, mine := ins[0], outs[0] // what the backend reduces; this rank's fused block
+	if len(batch) > 1 || s.prescale != 1 || !native {
+		// The fusion buffer holds the fused (or scaled) input, the caller's staying unchanged,
+		// followed by this rank's fused block; without a reduce-scatter of the backend's, the
+		// whole reduction, in place.
+		size := total
+		if native {
+			size += counts[c.rank]
+		}
+		c.fusion.grow(size, false)
 		if err := c.fusion.settle(); err != nil {
 			return err
 		}
-		buf = c.fusion.buf
-	}
-	if s.prescale != 1 {
-		parallel.Copy(buf, in, c.h.workers)
-		scale(buf, s.dtype, s.prescale, c.h.workers)
-		in = buf // reduced in place where the backend has no reduce-scatter
+		buf := c.fusion.buf
+		if len(batch) > 1 || s.prescale != 1 {
+			parts := make([][]byte, 0, c.size*len(batch))
+			for k := range c.size {
+				for i := range batch {
+					first := 0
+					for _, n := range blocks[i][:k] {
+						first += n
+					}
+					parts = append(parts, ins[i][first:first+blocks[i][k]])
+				}
+			}
+			_ = c.phase(names, "MEMCPY_IN_FUSION_BUFFER", func() error {
+				parallel.Gather(buf[:total], parts, c.h.workers)
+				scale(buf[:total], s.dtype, s.prescale, c.h.workers)
+				return nil
+			})
+			in = buf[:total]
+		}
+		if native && len(batch) > 1 {
+			mine = buf[total : total+counts[c.rank]]
+		}
 	}
 	if native {
 		if err := c.onWire(kindReducescatter, names, c.backendPhase(kindReducescatter), func() error {
-			return rs.ReduceScatter(in, out, counts, s.dtype, s.op.backendOp())
+			return rs.ReduceScatter(in, mine, counts, s.dtype, s.op.backendOp())
 		}); err != nil {
 			return err
 		}
 	} else {
+		whole := c.fusion.buf[:total]
 		if err := c.onWire(kindAllreduce, names, c.backendPhase(kindAllreduce), func() error {
-			return c.data.Allreduce(in, buf, s.dtype, s.op.backendOp())
+			return c.data.Allreduce(in, whole, s.dtype, s.op.backendOp())
 		}); err != nil {
 			return err
 		}
-		copy(out, buf[offset:offset+len(out)])
+		first := 0 // of this rank's fused block in the whole reduction
+		for _, n := range counts[:c.rank] {
+			first += n
+		}
+		mine = whole[first : first+counts[c.rank]]
 	}
-	scale(out, s.dtype, post, c.h.workers)
-	if req != nil {
-		shape := append([]int{scatterRows(s.shape[0], c.size, c.rank)}, s.shape[1:]...)
-		req.complete(Tensor{DType: s.dtype, Shape: shape, Data: out}, nil)
+	if len(batch) == 1 && native {
+		scale(mine, s.dtype, post, c.h.workers)
+	} else {
+		_ = c.phase(names, "MEMCPY_OUT_FUSION_BUFFER", func() error {
+			scale(mine, s.dtype, post, c.h.workers)
+			parallel.Scatter(outs, mine, c.h.workers)
+			return nil
+		})
+	}
+	for i, r := range batch {
+		if reqs[i] != nil {
+			shape := append([]int{scatterRows(r.spec.shape[0], c.size, c.rank)}, r.spec.shape[1:]...)
+			reqs[i].complete(Tensor{DType: r.spec.dtype, Shape: shape, Data: outs[i]}, nil)
+		}
 	}
 	return nil
 }

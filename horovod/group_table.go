@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// groupTable answers, for one negotiation round, whether the grouped allreduces in the message
-// table are complete (Horovod's GroupTable): a group moves as a whole once every rank that has
+// groupTable answers, for one negotiation round, whether the groups in the message table
+// (GroupedAllreduce, GroupedAllgather, GroupedReducescatter) are complete (Horovod's
+// GroupTable): a group moves as a whole once every rank that has
 // not joined has announced as many members as it put in the group, and fails as a whole when
 // the ranks put different tensors in it (or different numbers of them).
 type groupTable struct {

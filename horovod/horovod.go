@@ -193,7 +193,7 @@ type LoopStats struct {
 	// Rounds is how many negotiation rounds this rank has taken part in.
 	Rounds uint64
 	// CallerRounds is how many of them the caller of a blocking operation (Allreduce, Allgather,
-	// Broadcast, GroupedAllreduce, BroadcastVariables, Barrier, Reducer.Reduce) ran itself, on
+	// Broadcast, the Grouped ones, BroadcastVariables, Barrier, Reducer.Reduce) ran itself, on
 	// its own goroutine, having found no round in progress.
 	CallerRounds uint64
 	// HandOvers is how many blocking operations the background loop completed instead: another

@@ -21,7 +21,7 @@ type response struct {
 
 // announce is this rank's message for a round: its shutdown and join requests and the requests
 // submitted since the last round, each by its cache slot where the cache holds its signature
-// (by group for the members of a grouped allreduce, whose group changes from call to call) and in
+// (by group for the members of a group, whose group changes from call to call) and in
 // full otherwise.
 func announce(cache *responseCache, reqs []*request, shutdown, joined bool) *message {
 	m := &message{shutdown: shutdown, joined: joined}
@@ -186,7 +186,7 @@ func (c *controller) answer(now time.Time) []*response {
 	return responses
 }
 
-// groupFailure is why a group of allreduces failed: the first of its members to fail.
+// groupFailure is why a group failed: the first of its members to fail.
 type groupFailure struct {
 	group  string
 	member *Error

@@ -120,16 +120,37 @@ func (h *Horovod) Allreduce(name string, t Tensor, o AllreduceOptions) (Tensor, 
 // GroupedAllreduce reduces the tensors as one unit: they are negotiated together and execute in
 // the same round (fused where they fit the threshold), never split across steps. Every rank must
 // group the same names, and the ranks' calls are matched by their order, as Horovod's groups
-// are: the n-th GroupedAllreduce of every rank (counting the calls that submitted a group, since
-// the last Join every rank completed) forms one group, so goroutines that group concurrently must
-// call in the same order on every rank. A rank that has joined takes part in the others' groups.
-// Ranks that grouped different tensors get an error naming each rank's members. A group fails
-// as a whole: when one member fails (different shapes on two ranks, say), every member fails on
-// every rank.
+// are: the n-th grouped call of every rank (GroupedAllreduce, GroupedAllgather or
+// GroupedReducescatter, counting the calls that submitted a group, since the last Join every
+// rank completed) forms one group, so goroutines that group concurrently must call in the same
+// order on every rank. A rank that has joined takes part in the others' groups. Ranks that
+// grouped different tensors get an error naming each rank's members. A group fails as a whole:
+// when one member fails (different shapes on two ranks, say), every member fails on every rank.
 func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tensor, error) {
+	return h.grouped(ts, func(t NamedTensor) (*request, error) { return h.allreduceRequest(t.Name, len(ts), t.Tensor, o) })
+}
+
+// GroupedAllgather is Allgather of every tensor as one unit, as GroupedAllreduce is Allreduce's
+// (Horovod's grouped_allgather): negotiated together, gathered in the same round (fused where
+// they fit the threshold), failing as a whole, matched across ranks by the order of the calls.
+// A rank that has joined takes part with no rows.
+func (h *Horovod) GroupedAllgather(ts []NamedTensor) ([]Tensor, error) {
+	return h.grouped(ts, func(t NamedTensor) (*request, error) { return allgatherRequest(t.Name, len(ts), t.Tensor) })
+}
+
+// GroupedReducescatter is Reducescatter of every tensor as one unit, as GroupedAllreduce is
+// Allreduce's (Horovod's grouped_reducescatter): negotiated together and reduced in the same
+// round, fused into one backend reduce-scatter where they fit the threshold, failing as a whole,
+// matched across ranks by the order of the calls. o.Output is refused: it is one tensor's.
+func (h *Horovod) GroupedReducescatter(ts []NamedTensor, o ReducescatterOptions) ([]Tensor, error) {
+	return h.grouped(ts, func(t NamedTensor) (*request, error) { return h.reducescatterRequest(t.Name, len(ts), t.Tensor, o) })
+}
+
+// grouped submits the request made for each tensor as one group and waits for every member.
+func (h *Horovod) grouped(ts []NamedTensor, member func(NamedTensor) (*request, error)) ([]Tensor, error) {
 	reqs := make([]*request, len(ts))
 	for i, t := range ts {
-		req, err := h.allreduceRequest(t.Name, len(ts), t.Tensor, o)
+		req, err := member(t)
 		if err != nil {
 			return nil, err
 		}
@@ -154,17 +175,17 @@ func waitAll(reqs []*request) ([]Tensor, error) {
 	return out, first
 }
 
-func allgatherRequest(name string, t Tensor) (*request, error) {
+func allgatherRequest(name string, groupSize int, t Tensor) (*request, error) {
 	if err := checkOperand("allgather", name, t); err != nil {
 		return nil, err
 	}
-	return &request{spec: spec{name: name, kind: kindAllgather, dtype: t.DType, shape: slices.Clone(t.Shape)}, input: t.Data}, nil
+	return &request{spec: spec{name: name, kind: kindAllgather, dtype: t.DType, shape: slices.Clone(t.Shape), groupSize: groupSize}, input: t.Data}, nil
 }
 
 // AllgatherAsync submits an allgather of t along its first dimension, which may differ between
 // ranks; the other dimensions and the dtype must agree.
 func (h *Horovod) AllgatherAsync(name string, t Tensor) (*Handle, error) {
-	req, err := allgatherRequest(name, t)
+	req, err := allgatherRequest(name, 0, t)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +197,7 @@ func (h *Horovod) AllgatherAsync(name string, t Tensor) (*Handle, error) {
 
 // Allgather concatenates every rank's t along the first dimension, in rank order.
 func (h *Horovod) Allgather(name string, t Tensor) (Tensor, error) {
-	req, err := allgatherRequest(name, t)
+	req, err := allgatherRequest(name, 0, t)
 	if err != nil {
 		return Tensor{}, err
 	}
@@ -189,7 +210,7 @@ func (h *Horovod) Allgather(name string, t Tensor) (Tensor, error) {
 // Data is out. A wrong length is this rank's error alone, found once the ranks have agreed on the
 // result's size: the collective still runs, so the other ranks get their results.
 func (h *Horovod) AllgatherInto(name string, t Tensor, out []byte) (Tensor, error) {
-	req, err := allgatherRequest(name, t)
+	req, err := allgatherRequest(name, 0, t)
 	if err != nil {
 		return Tensor{}, err
 	}
@@ -217,7 +238,7 @@ type ReducescatterOptions struct {
 	Output []byte
 }
 
-func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOptions) (*request, error) {
+func (h *Horovod) reducescatterRequest(name string, groupSize int, t Tensor, o ReducescatterOptions) (*request, error) {
 	if err := checkOperand("reducescatter", name, t); err != nil {
 		return nil, err
 	}
@@ -228,6 +249,9 @@ func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOpt
 		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
 	}
 	if o.Output != nil {
+		if groupSize > 0 {
+			return nil, &Error{Op: "reducescatter", Tensor: name, Reason: "Output is for a single tensor's reducescatter, not a group's"}
+		}
 		block := 0 // bytes of this rank's rows
 		if t.Shape[0] > 0 {
 			block = scatterRows(t.Shape[0], h.Size(), h.Rank()) * (len(t.Data) / t.Shape[0])
@@ -242,7 +266,7 @@ func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOpt
 	pre, post := scaleFactors(o.Prescale, o.Postscale)
 	return &request{
 		spec: spec{name: name, kind: kindReducescatter, dtype: t.DType, shape: slices.Clone(t.Shape), op: o.Op,
-			prescale: pre, postscale: post},
+			prescale: pre, postscale: post, groupSize: groupSize},
 		input:  t.Data,
 		output: o.Output,
 	}, nil
@@ -252,7 +276,7 @@ func (h *Horovod) reducescatterRequest(name string, t Tensor, o ReducescatterOpt
 // the handle completes) and returns at once. Every rank must submit a reducescatter of the same
 // name, dtype and shape with the same options.
 func (h *Horovod) ReducescatterAsync(name string, t Tensor, o ReducescatterOptions) (*Handle, error) {
-	req, err := h.reducescatterRequest(name, t, o)
+	req, err := h.reducescatterRequest(name, 0, t, o)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +291,7 @@ func (h *Horovod) ReducescatterAsync(name string, t Tensor, o ReducescatterOptio
 // as evenly as they go, the first rows%Size ranks one row more (Horovod's split). A rank that has
 // joined contributes zeros.
 func (h *Horovod) Reducescatter(name string, t Tensor, o ReducescatterOptions) (Tensor, error) {
-	req, err := h.reducescatterRequest(name, t, o)
+	req, err := h.reducescatterRequest(name, 0, t, o)
 	if err != nil {
 		return Tensor{}, err
 	}

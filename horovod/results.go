@@ -193,7 +193,7 @@ func (p *resultPool) outstanding() int {
 
 // Release gives the memory of results back to horovod, which hands it out again, without
 // allocating or zeroing, as a later result of about the same size (Allreduce without Output,
-// GroupedAllreduce, Allgather, Broadcast): what TensorFlow's allocator does for the outputs of
+// the Grouped ones, Allgather, Broadcast, Reducescatter, Alltoall): what TensorFlow's allocator does for the outputs of
 // Horovod's ops once a program drops them. A result must not be read or written after Release,
 // which is why it is explicit: a result never released comes back only once a garbage
 // collection finds it dropped, and until then every call allocates a new one (at 1 MiB and

@@ -220,6 +220,15 @@ func phaseOp(k opKind) string {
 	return upper(k)
 }
 
+// phase runs f, a step of the batch names on this rank alone (a copy into or out of the fusion
+// buffer), as the busy call what, and writes it as the batch's timeline phase what.
+func (c *controller) phase(names []string, what string, f func() error) error {
+	c.timeline.startAll(names, what)
+	err := c.busy(what, f)
+	c.timeline.endAll(names)
+	return err
+}
+
 // onWire runs f, the backend's collective of kind k for names, as the busy call what (the stall
 // check's name for it), and writes its wire phase, named once it is over after the way the
 // backend says it went (wentPhase).

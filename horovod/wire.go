@@ -49,7 +49,7 @@ type spec struct {
 	prescale  float64
 	postscale float64
 	root      int
-	group     string // "" outside a grouped allreduce
+	group     string // "" outside a group (GroupedAllreduce and the like)
 	groupSize int
 	splits    []int // alltoall: the rows of the first dimension this rank sends to each rank
 }
@@ -59,7 +59,7 @@ func (s *spec) equal(o *spec) bool {
 }
 
 // sameSignature compares everything but the group: what the negotiation cache remembers, since
-// a grouped allreduce gets a new group id on every call.
+// a group gets a new group id on every call.
 func (s *spec) sameSignature(o *spec) bool {
 	return s.name == o.name && s.kind == o.kind && s.dtype == o.dtype && slices.Equal(s.shape, o.shape) &&
 		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root &&
@@ -95,7 +95,7 @@ func (s *spec) bytes() int {
 
 // message is one rank's contribution to a negotiation round: the operations it submitted since
 // the previous round, as references into the shared cache where the signature is already agreed
-// (a bit per cache slot; members of a grouped allreduce by group) and in full otherwise.
+// (a bit per cache slot; members of a group by group) and in full otherwise.
 type message struct {
 	shutdown bool
 	joined   bool
@@ -104,7 +104,7 @@ type message struct {
 	specs    []*spec
 }
 
-// cachedGroup is the cached members of one grouped allreduce.
+// cachedGroup is the cached members of one group.
 type cachedGroup struct {
 	group  string
 	size   int

@@ -125,11 +125,11 @@ func TestPrescalePostscale(t *testing.T) {
 
 func TestAllgatherVariableFirstDimension(t *testing.T) {
 	// One tensor at a time, then every dtype's submitted together (fused where a round sees them
-	// all at once).
-	for _, async := range []bool{false, true} {
+	// all at once), then each dtype's as one GroupedAllgather.
+	for _, mode := range []string{"one", "async", "grouped"} {
 		var wait []func()
 		for _, dt := range backend.DTypes {
-			wait = append(wait, allgatherVariableFirstDimension(t, dt, async)...)
+			wait = append(wait, allgatherVariableFirstDimension(t, dt, mode)...)
 		}
 		for _, w := range wait {
 			w()
@@ -138,9 +138,12 @@ func TestAllgatherVariableFirstDimension(t *testing.T) {
 }
 
 // allgatherVariableFirstDimension gathers a tensor of dt per inner shape, rank r sending r+1 rows,
-// and checks each result; when async is set it returns the checks to run after submitting more.
-func allgatherVariableFirstDimension(t *testing.T, dt backend.DType, async bool) []func() {
-	var wait []func()
+// and checks each result: one at a time (mode "one"), submitted together with the checks returned
+// to run after submitting more ("async"), or as one group ("grouped").
+func allgatherVariableFirstDimension(t *testing.T, dt backend.DType, mode string) []func() {
+	var members []horovod.NamedTensor
+	var wantShapes [][]int
+	var wants [][]float64
 	for _, inner := range [][]int{{}, {3}, {2, 2}} {
 		shape := append([]int{hvd.Rank() + 1}, inner...)
 		row := numElements(inner)
@@ -156,19 +159,33 @@ func allgatherVariableFirstDimension(t *testing.T, dt backend.DType, async bool)
 			}
 			rows += r + 1
 		}
-		name := fmt.Sprintf("gather/%v/%v/%v", dt, inner, async)
-		hd, err := hvd.AllgatherAsync(name, tensor(dt, shape, in))
+		members = append(members, horovod.NamedTensor{Name: fmt.Sprintf("gather/%v/%v/%v", dt, inner, mode), Tensor: tensor(dt, shape, in)})
+		wantShapes, wants = append(wantShapes, append([]int{rows}, inner...)), append(wants, want)
+	}
+	if mode == "grouped" {
+		got, err := hvd.GroupedAllgather(members)
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("grouped allgather of %v: %v", dt, err)
+		}
+		for i, m := range members {
+			expectValues(t, m.Name, got[i], dt, wantShapes[i], wants[i])
+		}
+		return nil
+	}
+	var wait []func()
+	for i, m := range members {
+		hd, err := hvd.AllgatherAsync(m.Name, m.Tensor)
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
 		}
 		check := func() {
 			got, err := hd.Wait()
 			if err != nil {
-				t.Fatalf("%s: %v", name, err)
+				t.Fatalf("%s: %v", m.Name, err)
 			}
-			expectValues(t, name, got, dt, append([]int{rows}, inner...), want)
+			expectValues(t, m.Name, got, dt, wantShapes[i], wants[i])
 		}
-		if async {
+		if mode == "async" {
 			wait = append(wait, check)
 		} else {
 			check()

@@ -215,12 +215,17 @@ var wirePhases = []string{"MPI_ALLREDUCE", "SHM_ALLREDUCE", "MPI_BCAST", "SHM_BC
 // went over MPI_Reduce_scatter and every alltoall over MPI_Alltoallv (MPI_REDUCESCATTER,
 // MPI_ALLTOALL) and nothing else: not horovod's fallbacks, an allreduce or an allgather of the
 // whole tensor. The tensors that the raw MPI cross-checks reduce and exchange must have them (an
-// operation that failed in negotiation has no wire phase at all).
+// operation that failed in negotiation has no wire phase at all), and a member of their grouped
+// reducescatter the copies into and out of the fusion buffer.
 func checkWirePhases(phases map[string]map[string]bool) error {
-	for _, name := range []string{rawReducescatterKey(backend.Float32, horovod.Sum) + "/raw", "alltoall/raw"} {
+	fused := rawReducescatterKey(backend.Float32, horovod.Sum) + "/raw/a" // a member of a grouped reducescatter
+	for _, name := range []string{rawReducescatterKey(backend.Float32, horovod.Sum) + "/raw", "alltoall/raw", fused} {
 		if phases[name] == nil {
 			return fmt.Errorf("no tensor %q", name)
 		}
+	}
+	if !phases[fused]["MEMCPY_IN_FUSION_BUFFER"] || !phases[fused]["MEMCPY_OUT_FUSION_BUFFER"] {
+		return fmt.Errorf("reducescatter %q did not go through the fusion buffer", fused)
 	}
 	for name, seen := range phases {
 		for op, wire := range map[string]string{"REDUCESCATTER": "MPI_REDUCESCATTER", "ALLTOALL": "MPI_ALLTOALL"} {

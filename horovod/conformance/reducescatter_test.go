@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/gorovod/gorovod/horovod"
@@ -137,6 +139,82 @@ func TestReducescatterExact(t *testing.T) {
 	expectValues(t, "reducescatter/blocking", got, backend.Float32, []int{rows, 3}, want)
 }
 
+// fusedCalls is how many backend calls horovod's fusion makes of same-kind tensors of these
+// sizes in bytes, in order, under the job's fusion threshold (HOROVOD_FUSION_THRESHOLD, as
+// make test-mpi sets it for every rank of a run, else horovod's default): a batch starts at the
+// first tensor left and takes each later one that still fits.
+func fusedCalls(t *testing.T, sizes []int) uint64 {
+	threshold := horovod.DefaultFusionThreshold
+	if v := os.Getenv("HOROVOD_FUSION_THRESHOLD"); v != "" {
+		var err error
+		if threshold, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("HOROVOD_FUSION_THRESHOLD=%q: %v", v, err)
+		}
+	}
+	used := make([]bool, len(sizes))
+	var calls uint64
+	for i := range sizes {
+		if used[i] {
+			continue
+		}
+		calls++
+		bytes := sizes[i]
+		for j := i + 1; j < len(sizes); j++ {
+			if !used[j] && bytes+sizes[j] <= threshold {
+				used[j] = true
+				bytes += sizes[j]
+			}
+		}
+	}
+	return calls
+}
+
+// GroupedReducescatter of every shape of TestReducescatterExact as one group, for each dtype and
+// case: each member gets its exact block, and the group is one reduce-scatter of the MPI
+// backend's where it fits the fusion threshold (fused: each rank's fused block holds its block
+// of every member, an empty one included).
+func TestGroupedReducescatterExact(t *testing.T) {
+	size, rank := hvd.Size(), hvd.Rank()
+	for _, dt := range reduceTypes {
+		for ci, rc := range reducescatterCases {
+			if !reducescatterCaseFits(dt, rc) {
+				continue
+			}
+			members := make([]horovod.NamedTensor, len(reducescatterShapes))
+			wants := make([][]float64, len(reducescatterShapes))
+			sizes := make([]int, len(reducescatterShapes))
+			for m, shape := range reducescatterShapes {
+				row := numElements(shape[1:])
+				first, rows := scatterBlock(shape[0], size, rank)
+				in, cs := reducescatterInput(rank, numElements(shape))
+				wants[m] = make([]float64, rows*row)
+				for i := range wants[m] {
+					wants[m][i] = rc.want(cs[first*row+i], float64(size))
+				}
+				members[m] = horovod.NamedTensor{Name: fmt.Sprintf("reducescatter/grouped/%v/%v/%d", dt, shape, ci), Tensor: tensor(dt, shape, in)}
+				sizes[m] = len(members[m].Data)
+			}
+			var before uint64
+			if world != nil {
+				before = world.ReduceScatters()
+			}
+			got, err := hvd.GroupedReducescatter(members, rc.o)
+			if err != nil {
+				t.Fatalf("%v case %d: %v", dt, ci, err)
+			}
+			if world != nil {
+				if n, want := world.ReduceScatters()-before, fusedCalls(t, sizes); n != want {
+					t.Errorf("%v case %d: %d reduce-scatters of the MPI backend for a group of %d, want %d", dt, ci, n, len(members), want)
+				}
+			}
+			for m, shape := range reducescatterShapes {
+				_, rows := scatterBlock(shape[0], size, rank)
+				expectValues(t, members[m].Name, got[m], dt, append([]int{rows}, shape[1:]...), wants[m])
+			}
+		}
+	}
+}
+
 // rawReducescatterRows and rawReducescatterCols shape the raw MPI_Reduce_scatter references: 1001
 // rows split unevenly over 2 ranks (501, 500) and over 3 (334, 334, 333).
 const rawReducescatterRows, rawReducescatterCols = 1001, 3
@@ -209,6 +287,22 @@ func TestReducescatterMatchesRawMPI(t *testing.T) {
 		}
 		if !bytes.Equal(got.Data, raw[key]) {
 			t.Errorf("%s: horovod's reducescatter and MPI_Reduce_scatter differ on rank %d", key, hvd.Rank())
+		}
+		// Two members fused: each rank's fused block is its block of one, then of the other,
+		// each still the bytes MPI_Reduce_scatter gives it.
+		before := world.ReduceScatters()
+		group, err := hvd.GroupedReducescatter([]horovod.NamedTensor{{Name: key + "/raw/a", Tensor: in}, {Name: key + "/raw/b", Tensor: in}},
+			horovod.ReducescatterOptions{Op: k.op})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, want := world.ReduceScatters()-before, fusedCalls(t, []int{len(in.Data), len(in.Data)}); n != want {
+			t.Errorf("%s: %d reduce-scatters of the MPI backend for a group of two, want %d", key, n, want)
+		}
+		for _, g := range group {
+			if !bytes.Equal(g.Data, raw[key]) {
+				t.Errorf("%s: a grouped reducescatter and MPI_Reduce_scatter differ on rank %d", key, hvd.Rank())
+			}
 		}
 	}
 }

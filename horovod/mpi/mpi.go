@@ -103,9 +103,11 @@ type Comm struct {
 	serving atomic.Bool
 	// wait: how a rank early in a small allgather waits for its peers.
 	wait backend.Wait
-	// allreduceChunk: see AllreduceChunk. allreduceCalls counts MPI_Allreduce calls (AllreduceCalls).
+	// allreduceChunk: see AllreduceChunk. allreduceCalls counts MPI_Allreduce calls (AllreduceCalls),
+	// reduceScatters ReduceScatter's (ReduceScatters).
 	allreduceChunk int
 	allreduceCalls atomic.Uint64
+	reduceScatters atomic.Uint64
 	// probeListener answers the peers' probes; peers are where to probe them (probe.go).
 	probeListener *peerprobe.Listener
 	peers         []peerprobe.Peer
@@ -550,6 +552,7 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 	if err := c.checkReduceScatter(send, recv, counts, dt, op); err != nil || len(send) == 0 {
 		return err
 	}
+	c.reduceScatters.Add(1)
 	c.lastReduceScatterPath = ""
 	at := 0 // this rank's block's offset in the tensor
 	for _, n := range counts[:c.topo.Rank] {
@@ -715,6 +718,10 @@ func (c *Comm) AllreduceChunk() int { return c.allreduceChunk }
 // AllreduceCalls is how many MPI_Allreduce calls this process has made through Allreduce (several
 // per allreduce longer than AllreduceChunk).
 func (c *Comm) AllreduceCalls() uint64 { return c.allreduceCalls.Load() }
+
+// ReduceScatters is how many non-empty reduce-scatters this process has made through
+// ReduceScatter, whichever way each went: a fused group of horovod's reducescatters is one.
+func (c *Comm) ReduceScatters() uint64 { return c.reduceScatters.Load() }
 
 // Barrier is MPI_Barrier.
 func (c *Comm) Barrier() error {

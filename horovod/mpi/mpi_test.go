@@ -826,8 +826,11 @@ func TestReduceScatterOverSharedMemory(t *testing.T) {
 			elements[r] = (9*parts/2)*4/es/topo.Size + 7*r
 		}
 		for _, op := range []backend.ReduceOp{backend.Sum, backend.Max} {
-			before, reduces := comm.AllreduceCalls(), comm.SharedAllreduces()
+			before, reduces, scatters := comm.AllreduceCalls(), comm.SharedAllreduces(), comm.ReduceScatters()
 			checkReduceScatter(t, topo, ec, op, elements)
+			if n := comm.ReduceScatters() - scatters; n != 1 {
+				t.Errorf("%v %v: ReduceScatters counted %d calls, want 1", ec.dt, op, n)
+			}
 			want := map[backend.ReduceOp]string{backend.Sum: "SHM", backend.Max: ""}[op]
 			if got := comm.ReduceScatterPath(); got != want {
 				t.Errorf("%v %v of %d elements: path %q, want %q", ec.dt, op, elements, got, want)

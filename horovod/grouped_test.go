@@ -1,0 +1,216 @@
+package horovod
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
+
+// A grouped reducescatter fuses its members into one backend reduce-scatter (one allreduce
+// without one), each rank's fused block holding its block of every member, and each member's
+// result is its block of its own reduction: members of different row counts and row sizes, one
+// with fewer rows than ranks (empty blocks on the last ranks), with every op and scale factor.
+// A threshold that holds two of the three members splits the group into two calls.
+func TestGroupedReducescatterFuses(t *testing.T) {
+	const size = 3
+	shapes := [][]int{{7, 2}, {4, 3}, {2, 1}}
+	input := func(member int) func(rank, i int) float64 {
+		return func(rank, i int) float64 { return float64((rank+1)*((i+member)%5+1)) - 2 }
+	}
+	for _, tc := range []struct {
+		native    bool
+		threshold int
+		calls     int64 // backend calls per group on each rank
+	}{
+		{true, 64 << 20, 1}, {false, 64 << 20, 1},
+		{true, (7*2 + 4*3) * 8, 2}, {false, (7*2 + 4*3) * 8, 2},
+	} {
+		hs, g, reduceScatters, _ := exchangeJob(t, size, tc.native, WithFusionThreshold(tc.threshold))
+		for _, o := range []ReducescatterOptions{
+			{Op: Sum}, {Op: Average}, {Op: Min}, {Op: Max}, {Op: Product},
+			{Op: Average, Prescale: 0.5, Postscale: 3},
+		} {
+			before := reduceScatters.Load()
+			allreduces := g.calls["allreduce"].Load()
+			onEveryRank(t, hs, func(h *Horovod) error {
+				members := make([]NamedTensor, len(shapes))
+				for m, shape := range shapes {
+					in := make([]float64, shape[0]*shape[1])
+					for i := range in {
+						in[i] = input(m)(h.Rank(), i)
+					}
+					members[m] = NamedTensor{fmt.Sprintf("rs%d/%v/%v", m, o.Op, o.Prescale), mustTensor(t, shape, in)}
+				}
+				outs, err := h.GroupedReducescatter(members, o)
+				if err != nil {
+					return err
+				}
+				for m, shape := range shapes {
+					rows := scatterRows(shape[0], size, h.Rank())
+					if !slices.Equal(outs[m].Shape, []int{rows, shape[1]}) {
+						return fmt.Errorf("member %d: shape %v", m, outs[m].Shape)
+					}
+					first := 0
+					for k := range h.Rank() {
+						first += scatterRows(shape[0], size, k) * shape[1]
+					}
+					want := reduction(o, size, input(m), first, rows*shape[1])
+					for i, got := range mustValues[float64](outs[m]) {
+						if math.Abs(got-want[i]) > 1e-12*math.Max(1, math.Abs(want[i])) {
+							return fmt.Errorf("%+v: member %d, element %d of its block: %v, want %v", o, m, i, got, want[i])
+						}
+					}
+				}
+				return nil
+			})
+			got := g.calls["allreduce"].Load() - allreduces
+			if tc.native {
+				got = (reduceScatters.Load() - before) / size
+			}
+			if got != tc.calls {
+				t.Errorf("native=%v, threshold %d, %+v: %d backend calls, want %d", tc.native, tc.threshold, o, got, tc.calls)
+			}
+		}
+	}
+}
+
+// Members of different dtypes do not fuse, but still move in the same round; a rank that has
+// joined takes part in the others' grouped reducescatters with zeros.
+func TestGroupedReducescatterOfDtypesAndWithJoin(t *testing.T) {
+	for _, native := range []bool{true, false} {
+		hs, _, reduceScatters, _ := exchangeJob(t, 3, native)
+		onEveryRank(t, hs, func(h *Horovod) error {
+			if h.Rank() == 2 {
+				_, err := h.Join()
+				return err
+			}
+			f := mustTensor(t, []int{3}, []float32{float32(h.Rank() + 1), 10, 100})
+			i := mustTensor(t, []int{3, 1}, []int32{int32(h.Rank() + 1), 20, 200})
+			outs, err := h.GroupedReducescatter([]NamedTensor{{"f", f}, {"i", i}}, ReducescatterOptions{Op: Sum})
+			if err != nil {
+				return err
+			}
+			wantF, wantI := [][]float32{{3}, {20}}[h.Rank()], [][]int32{{3}, {40}}[h.Rank()]
+			if got := mustValues[float32](outs[0]); !slices.Equal(got, wantF) {
+				return fmt.Errorf("f: %v, want %v", got, wantF)
+			}
+			if got := mustValues[int32](outs[1]); !slices.Equal(got, wantI) || !slices.Equal(outs[1].Shape, []int{1, 1}) {
+				return fmt.Errorf("i: %v%v, want %v", got, outs[1].Shape, wantI)
+			}
+			_, err = h.Join()
+			return err
+		})
+		if native && reduceScatters.Load() != 2*3 {
+			t.Errorf("%d backend reduce-scatters, want one per dtype on each of 3 ranks", reduceScatters.Load())
+		}
+	}
+}
+
+// A grouped allgather gathers its members in one backend call, each member's result its own
+// rows of every rank in rank order, a joined rank contributing none; the ranks' first
+// dimensions differ.
+func TestGroupedAllgather(t *testing.T) {
+	var allgathers atomic.Int64 // the data backend's, not the negotiation's
+	hs, _ := job(t, 3, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
+		return countedAllgathers{control, &allgathers}, nil
+	}))
+	row := func(member, rank, j int) int32 { return int32(100*member + 10*rank + j) }
+	gather := func(h *Horovod, present []int) error {
+		members := make([]NamedTensor, 2)
+		for m := range members {
+			rows := h.Rank() + m // rank 0's first member has no rows
+			in := make([]int32, 2*rows)
+			for j := range rows {
+				in[2*j], in[2*j+1] = row(m, h.Rank(), j), -row(m, h.Rank(), j)
+			}
+			members[m] = NamedTensor{fmt.Sprintf("g%d", m), mustTensor(t, []int{rows, 2}, in)}
+		}
+		outs, err := h.GroupedAllgather(members)
+		if err != nil {
+			return err
+		}
+		for m, out := range outs {
+			var want []int32
+			for _, r := range present {
+				for j := range r + m {
+					want = append(want, row(m, r, j), -row(m, r, j))
+				}
+			}
+			if got := mustValues[int32](out); !slices.Equal(got, want) || out.Shape[0] != len(want)/2 {
+				return fmt.Errorf("member %d: %v%v, want %v", m, got, out.Shape, want)
+			}
+		}
+		return nil
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return gather(h, []int{0, 1, 2}) })
+	if got := allgathers.Load(); got != 3 {
+		t.Errorf("%d backend allgathers for a group of two on 3 ranks, want 3", got)
+	}
+	onEveryRank(t, hs, func(h *Horovod) error {
+		if h.Rank() == 1 {
+			_, err := h.Join()
+			return err
+		}
+		if err := gather(h, []int{0, 2}); err != nil {
+			return err
+		}
+		_, err := h.Join()
+		return err
+	})
+}
+
+// countedAllgathers is a data backend that counts its Allgatherv calls.
+type countedAllgathers struct {
+	backend.Backend
+	n *atomic.Int64
+}
+
+func (c countedAllgathers) Allgatherv(send, recv []byte, counts []int) error {
+	c.n.Add(1)
+	return c.Backend.Allgatherv(send, recv, counts)
+}
+
+// Grouped allgathers and reducescatters match across ranks as grouped allreduces do: different
+// members fail on every rank, naming each rank's; a reducescatter's Output is a single tensor's.
+func TestGroupedAllgatherAndReducescatterErrors(t *testing.T) {
+	hs, _ := job(t, 2)
+	x := mustTensor(t, []int{2}, []float32{1, 2})
+	errs := make([]error, 2)
+	onEveryRankWithin(t, hs, "allgather groups of different members", func(h *Horovod) error {
+		ts := []NamedTensor{{"p", x}, {"q", x}}
+		if h.Rank() == 1 {
+			ts[1].Name = "r"
+		}
+		_, errs[h.Rank()] = h.GroupedAllgather(ts)
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "ranks grouped different tensors in group.1: rank 0: [p q]; rank 1: [p r]") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	onEveryRankWithin(t, hs, "a grouped reducescatter against a grouped allreduce", func(h *Horovod) error {
+		ts := []NamedTensor{{"s", x}}
+		if h.Rank() == 0 {
+			_, errs[0] = h.GroupedReducescatter(ts, ReducescatterOptions{})
+		} else {
+			_, errs[1] = h.GroupedAllreduce(ts, AllreduceOptions{})
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "mismatched operations") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	_, err := hs[0].GroupedReducescatter([]NamedTensor{{"o", x}}, ReducescatterOptions{Output: make([]byte, 4)})
+	if err == nil || !strings.Contains(err.Error(), "Output is for a single tensor's reducescatter, not a group's") {
+		t.Errorf("Output in a group: %v", err)
+	}
+	onEveryRank(t, hs, func(h *Horovod) error { return h.Barrier() })
+}
