@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -766,5 +767,32 @@ func TestLargeBroadcastAndAllgatherTakeSharedMemory(t *testing.T) {
 	expectShared("AllgatherInto", before, world.SharedAllgathers())
 	if !bytes.Equal(out.Data, all) {
 		t.Errorf("AllgatherInto: rank %d's result is not every rank's rows in rank order", hvd.Rank())
+	}
+}
+
+// BroadcastObject and AllgatherObject carry gob-encoded values between processes: the last
+// rank's state to every rank, and every rank's, in rank order.
+func TestObjects(t *testing.T) {
+	type state struct {
+		Rank  int
+		Names []string
+	}
+	stateOf := func(r int) state { return state{Rank: r, Names: strings.Split(strings.Repeat("x,", r+1), ",")} }
+	root := hvd.Size() - 1
+	got, err := horovod.BroadcastObject(hvd, "objects/state", stateOf(hvd.Rank()), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := stateOf(root); !reflect.DeepEqual(got, want) {
+		t.Errorf("broadcast: %+v, want %+v", got, want)
+	}
+	all, err := horovod.AllgatherObject(hvd, "objects/states", stateOf(hvd.Rank()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range hvd.Size() {
+		if r >= len(all) || !reflect.DeepEqual(all[r], stateOf(r)) {
+			t.Fatalf("allgather: %+v, want rank %d's %+v at %d", all, r, stateOf(r), r)
+		}
 	}
 }
