@@ -103,12 +103,12 @@ func TestFusedBroadcastKeepsRootsApart(t *testing.T) {
 	}
 }
 
-// A variable of directBroadcastMin bytes or more is broadcast on its own, straight into its
+// A variable of directMin bytes or more is broadcast on its own, straight into its
 // output, whether the variables lie apart or back to back; the small ones between them still
 // fuse. The fusion buffer never grows to hold a large one (the two copies it would cost are what
 // going alone saves).
 func TestLargeBroadcastsGoOnTheirOwn(t *testing.T) {
-	const large = directBroadcastMin / 4 // float32 elements
+	const large = directMin / 4 // float32 elements
 	for _, flat := range []bool{false, true} {
 		hs, g := job(t, 2)
 		const root = 0
@@ -151,7 +151,7 @@ func TestLargeBroadcastsGoOnTheirOwn(t *testing.T) {
 					return fmt.Errorf("%s: not the root's value", vars[i].Name)
 				}
 			}
-			if n := len(h.ctl.fusion.buf); n >= directBroadcastMin {
+			if n := len(h.ctl.fusion.buf); n >= directMin {
 				return fmt.Errorf("the fusion buffer grew to %d bytes: a large variable went through it", n)
 			}
 			return nil
@@ -169,7 +169,7 @@ func TestBroadcastResultOnTheRoot(t *testing.T) {
 	hs, _ := job(t, 3)
 	const root = 1
 	onEveryRank(t, hs, func(h *Horovod) error {
-		for _, n := range []int{3, directBroadcastMin/4 - 1, directBroadcastMin / 4, 3 * directBroadcastMin} {
+		for _, n := range []int{3, directMin/4 - 1, directMin / 4, 3 * directMin} {
 			values := func(rank int) []float32 {
 				v := make([]float32, n)
 				for i := range v {
@@ -241,7 +241,7 @@ func TestSingleBroadcastsOverlapOnEveryRank(t *testing.T) {
 		}
 		return v
 	}
-	const large = directBroadcastMin
+	const large = directMin
 	onEveryRank(t, hs, func(h *Horovod) error {
 		for _, n := range []int{5, large} {
 			x := mustTensor(t, nil, values(n, h.Rank()))

@@ -79,6 +79,45 @@ func TestGroupedReducescatterFuses(t *testing.T) {
 	}
 }
 
+// A member of directMin bytes or more goes on its own, straight from its input into its output
+// (through the fusion buffer its copies would cost more than a call of its own); the smaller
+// members fuse.
+func TestLargeReducescattersGoAlone(t *testing.T) {
+	hs, _, reduceScatters, _ := exchangeJob(t, 2, true)
+	shapes := [][]int{{3, 2}, {2, directMin / 16}, {5, 1}} // the second of directMin bytes in float64
+	input := func(member int) func(rank, i int) float64 {
+		return func(rank, i int) float64 { return float64(rank + 1 + i%7 + member) }
+	}
+	onEveryRank(t, hs, func(h *Horovod) error {
+		members := make([]NamedTensor, len(shapes))
+		for m, shape := range shapes {
+			in := make([]float64, shape[0]*shape[1])
+			for i := range in {
+				in[i] = input(m)(h.Rank(), i)
+			}
+			members[m] = NamedTensor{fmt.Sprintf("m%d", m), mustTensor(t, shape, in)}
+		}
+		outs, err := h.GroupedReducescatter(members, ReducescatterOptions{Op: Sum})
+		if err != nil {
+			return err
+		}
+		for m, shape := range shapes {
+			first := 0
+			for k := range h.Rank() {
+				first += scatterRows(shape[0], 2, k) * shape[1]
+			}
+			want := reduction(ReducescatterOptions{Op: Sum}, 2, input(m), first, scatterRows(shape[0], 2, h.Rank())*shape[1])
+			if got := mustValues[float64](outs[m]); !slices.Equal(got, want) {
+				return fmt.Errorf("member %d: %v..., want %v...", m, got[:min(4, len(got))], want[:min(4, len(want))])
+			}
+		}
+		return nil
+	})
+	if got := reduceScatters.Load() / 2; got != 2 {
+		t.Errorf("%d backend reduce-scatters on each rank, want 2: the large member alone, the others fused", got)
+	}
+}
+
 // Members of different dtypes do not fuse, but still move in the same round; a rank that has
 // joined takes part in the others' grouped reducescatters with zeros.
 func TestGroupedReducescatterOfDtypesAndWithJoin(t *testing.T) {
@@ -117,7 +156,7 @@ func TestGroupedReducescatterOfDtypesAndWithJoin(t *testing.T) {
 func TestGroupedAllgather(t *testing.T) {
 	var allgathers atomic.Int64 // the data backend's, not the negotiation's
 	hs, _ := job(t, 3, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
-		return countedAllgathers{control, &allgathers}, nil
+		return dataGathers{control, &allgathers}, nil
 	}))
 	row := func(member, rank, j int) int32 { return int32(100*member + 10*rank + j) }
 	gather := func(h *Horovod, present []int) error {
@@ -162,17 +201,6 @@ func TestGroupedAllgather(t *testing.T) {
 		_, err := h.Join()
 		return err
 	})
-}
-
-// countedAllgathers is a data backend that counts its Allgatherv calls.
-type countedAllgathers struct {
-	backend.Backend
-	n *atomic.Int64
-}
-
-func (c countedAllgathers) Allgatherv(send, recv []byte, counts []int) error {
-	c.n.Add(1)
-	return c.Backend.Allgatherv(send, recv, counts)
 }
 
 // Grouped allgathers and reducescatters match across ranks as grouped allreduces do: different
