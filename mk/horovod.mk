@@ -16,7 +16,8 @@
 #                       machine (with a GPU build of TensorFlow) and a 2+2 training run equal to
 #                       one rank with 4x the batch
 #   make bench-horovod  one mpirun -np 2 run: allreduce vs raw MPI_Allreduce (64 MiB, 4 KiB; MiniLM's
-#                       gradients in float32, fp16 and bf16), fp16 and bf16 conversion vs memcpy
+#                       gradients in float32, fp16 and bf16; grouped reducescatters fused and
+#                       one call each), fp16 and bf16 conversion vs memcpy
 #                       and vs github.com/x448/float16; then a Reducer step
 #                       over MiniLM's gradients and a 128 MiB copy on one goroutine and on this
 #                       rank's share of the cores, side by side, and Average's scaling pass over

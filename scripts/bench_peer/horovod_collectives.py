@@ -5,17 +5,19 @@ Run under mpirun with the peer virtualenv (Horovod built with MPI, TensorFlow):
     mpirun -np 2 .cache/peer/venv-.../bin/python scripts/bench_peer/horovod_collectives.py 4K,1M,64M
 
 For every size (bytes per rank, float32): allreduce Sum, Average, Average with fp16 compression,
-allgather (every rank sends the size), broadcast from rank 0, reducescatter Sum and Average, and
+allgather (every rank sends the size), broadcast from rank 0, reducescatter Sum and Average,
 alltoall with even splits, each through horovod.tensorflow in eager mode, one tensor per call, a
-new result per call. Reducescatter's and alltoall's tensor splits its one dimension in equal
-blocks, one per rank: the size's first elements that are a multiple of the ranks, as gorovod's
-bench and raw MPI take them. Timed as gorovod's bench times its calls: one warm-up call, then
+new result per call, and grouped_reducescatter Sum of the size in 64 tensors as one group.
+Reducescatter's and alltoall's tensor splits its one dimension in equal blocks, one per rank: the
+size's first elements that are a multiple of the ranks, as gorovod's bench and raw MPI take them
+(a grouped reducescatter's 64 tensors each so). Timed as gorovod's bench times its calls: one warm-up call, then
 batches of calls each after a barrier; a batch's mean per call, the best batch, the slowest rank.
 Rank 0 prints tab-separated lines: horovod, collective, bytes, seconds per call.
 """
 
 import argparse
 import os
+import re
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,7 +26,10 @@ import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
 COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
-               "reducescatter_sum", "reducescatter_average", "alltoall"]
+               "reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum"]
+
+# GROUP is how many tensors of equal size a grouped reducescatter row splits its bytes into.
+GROUP = 64
 
 
 def parse_sizes(text):
@@ -65,12 +70,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", help="comma-separated bytes per rank, with K or M (e.g. 4K,1M,64M)")
     ap.add_argument("--batches", type=int, default=3)
+    ap.add_argument("--only", default="", help="only the collectives whose name matches this regular expression "
+                    "(as the Go bench's -only)")
     args = ap.parse_args()
     hvd.init()
     rows = []
     for size in parse_sizes(args.sizes):
         x = tf.zeros([size // 4], tf.float32)
         xs = tf.zeros([size // 4 // hvd.size() * hvd.size()], tf.float32)
+        parts = [tf.zeros([size // 4 // GROUP // hvd.size() * hvd.size()], tf.float32) for _ in range(GROUP)]
         calls = {
             "allreduce_sum": lambda: hvd.allreduce(x, op=hvd.Sum, name="t"),
             "allreduce_average": lambda: hvd.allreduce(x, op=hvd.Average, name="t"),
@@ -81,8 +89,11 @@ def main():
             "reducescatter_sum": lambda: hvd.reducescatter(xs, op=hvd.Sum, name="t"),
             "reducescatter_average": lambda: hvd.reducescatter(xs, op=hvd.Average, name="t"),
             "alltoall": lambda: hvd.alltoall(xs, name="t"),
+            "grouped_reducescatter_sum": lambda: hvd.grouped_reducescatter(parts, op=hvd.Sum),
         }
         for what in COLLECTIVES:
+            if args.only and not re.search(args.only, what):
+                continue
             rows.append((what, size, timed(calls[what], args.batches, iters_for(size))))
     if hvd.rank() == 0:
         for what, size, secs in rows:

@@ -6,9 +6,9 @@ Each FILE holds lines `implementation<TAB>collective<TAB>bytes<TAB>seconds` (gor
 -peer prints raw MPI's and gorovod's, horovod_collectives.py Horovod's). gorovod's figures are for a
 new result per call, as Horovod's ops return, left to the garbage collector ("new") or given back
 with `Release` ("released", as dropping a TensorFlow tensor gives Horovod's output back to TF's
-allocator), and ("reused") into a buffer the caller reuses (allreduce's `Output`, `AllgatherInto`)
-or in place (broadcast: `BroadcastVariables`); reducescatter and alltoall have no such call, and
-no reused figure ("-"). Ratios are Horovod's time over gorovod's (above 1: gorovod faster) and
+allocator), and ("reused") into a buffer the caller reuses (allreduce's and reducescatter's
+`Output`, `AllgatherInto`, `AlltoallInto`) or in place (broadcast: `BroadcastVariables`); a grouped
+reducescatter has no such call, and no reused figure ("-"). Ratios are Horovod's time over gorovod's (above 1: gorovod faster) and
 gorovod's over raw MPI's (1: at the MPI limit), each for new, released, reused.
 """
 
@@ -49,7 +49,7 @@ def main():
                     order.append((what, size))
                 figures[impl, what, size] = secs
     print(f"{ranks} ranks, float32, time per call (slowest rank's best batch)")
-    print(f"  {'collective':<24}{'size':>9}{'raw MPI':>11}{'Horovod':>11}{'new':>11}{'released':>11}"
+    print(f"  {'collective':<27}{'size':>9}{'raw MPI':>11}{'Horovod':>11}{'new':>11}{'released':>11}"
           f"{'reused':>11}{'Horovod/gorovod':>24}{'gorovod/MPI':>24}")
 
     def ratio(a, b):
@@ -60,7 +60,7 @@ def main():
                           for impl in ("mpi", "horovod", "gorovod", "gorovod_released", "gorovod_reused"))
         vs_horovod = ", ".join(ratio(hv, g) for g in ours)
         vs_mpi = ", ".join(ratio(g, raw) for g in ours)
-        print(f"  {what:<24}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}"
+        print(f"  {what:<27}{size_name(size):>9}{dur(raw):>11}{dur(hv):>11}"
               f"{''.join(f'{dur(g):>11}' for g in ours)}{vs_horovod:>24}{vs_mpi:>24}")
 
 

@@ -227,6 +227,20 @@ func main() {
 		{"  the same, fp16 compression (raw MPI: float32)", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: horovod.FP16Compression}, grads, bigIters), nil},
 		{"  the same, bf16 compression (raw MPI: float32)", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: horovod.BF16Compression}, grads, bigIters), nil},
 	}
+	// Many reducescatters at once, as a sharded optimizer makes them: grouped, they fuse into one
+	// backend reduce-scatter (the MPI backend's over shared memory from 16 MiB); with fusion off,
+	// one per tensor. Raw MPI: one MPI_Reduce_scatter of all their bytes.
+	ranks := comm.Topology().Size
+	small256 := make([]horovod.NamedTensor, 256)
+	for i := range small256 {
+		small256[i] = horovod.NamedTensor{Name: fmt.Sprintf("s%03d", i), Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{16 << 10 / 4}, Data: ones(16 << 10)}}
+	}
+	ms = append(ms,
+		measurement{"GroupedReducescatter 256 x 16 KiB sum, fused (raw: one 4 MiB MPI_Reduce_scatter)", "", rawReducescatter(4<<20, ranks, midIters), groupedReducescatter(small256, midIters), nil},
+		measurement{"  the same, one reducescatter per tensor (fusion off)", "", rawReducescatter(4<<20, ranks, midIters), groupedReducescatter(small256, midIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
+		measurement{"GroupedReducescatter MiniLM's gradients sum, 105 tensors, fused", "", rawReducescatter(sizeOf(grads), ranks, bigIters), groupedReducescatter(grads, bigIters), nil},
+		measurement{"  the same, one reducescatter per tensor (fusion off)", "", rawReducescatter(sizeOf(grads), ranks, bigIters), groupedReducescatter(grads, bigIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
+	)
 	if *network {
 		ms = append(miniLMRows, bigRow, latencyRow)
 	} else {
@@ -312,6 +326,29 @@ func main() {
 // rawBroadcast times MPI_Bcast of size bytes from rank 0.
 func rawBroadcast(size int, iters *int) func() (float64, error) {
 	return func() (float64, error) { return rawmpi.TimeBroadcast(ones(size), *batches, *iters) }
+}
+
+// rawReducescatter times MPI_Reduce_scatter sum of about n bytes of float32 (whole elements for
+// every one of size ranks) in equal blocks.
+func rawReducescatter(n, size int, iters *int) func() (float64, error) {
+	block := n / size / 4 * 4
+	return func() (float64, error) {
+		return rawmpi.TimeReducescatter(ones(block*size), make([]byte, block), horovod.Float32, false, *batches, *iters)
+	}
+}
+
+// groupedReducescatter times GroupedReducescatter sum of ts, giving its results back with
+// Release after each call.
+func groupedReducescatter(ts []horovod.NamedTensor, iters *int) func(*horovod.Horovod) float64 {
+	return func(h *horovod.Horovod) float64 {
+		return timeCalls(h, *iters, func() error {
+			got, err := h.GroupedReducescatter(ts, horovod.ReducescatterOptions{Op: horovod.Sum})
+			if err == nil {
+				err = h.Release(got...)
+			}
+			return err
+		})
+	}
 }
 
 // broadcastVariables times BroadcastVariables from rank 0 of n float32 variables of size bytes,

@@ -16,7 +16,11 @@ import (
 // peerCollectives are the rows of `make bench-peer`, in the order scripts/bench_peer prints
 // them; scripts/bench_peer/horovod_collectives.py times the same calls of Horovod's.
 var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
-	"reducescatter_sum", "reducescatter_average", "alltoall"}
+	"reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum"}
+
+// peerGroup is how many tensors of equal size the grouped_reducescatter_sum row splits its bytes
+// into, as scripts/bench_peer's GROUP.
+const peerGroup = 64
 
 // parseSizes reads a comma-separated list of byte counts with an optional K or M suffix.
 func parseSizes(list string) ([]int, error) {
@@ -46,7 +50,8 @@ func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 // tensor per call, a new result, as Horovod's TensorFlow ops return; as gorovod_released, a new
 // result given back with Release after each call; and, as gorovod_reused, into a buffer the
 // caller reuses (AllreduceOptions.Output, AllgatherInto, ReducescatterOptions.Output,
-// AlltoallInto) or in place (BroadcastVariables)) and, where MPI has the operation, raw MPI;
+// AlltoallInto) or in place (BroadcastVariables); not a group's) and, where MPI has the
+// operation, raw MPI (a grouped reducescatter's: one MPI_Reduce_scatter of its bytes);
 // rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 // With -only, only the collectives whose name matches it.
@@ -85,6 +90,13 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 		ranks := comm.Topology().Size
 		xs := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4 / ranks * ranks}}
 		xs.Data = x.Data[:xs.Shape[0]*4]
+		// A grouped reducescatter's peerGroup tensors, each split so, back to back in x.
+		part := size / 4 / peerGroup / ranks * ranks
+		group := make([]horovod.NamedTensor, peerGroup)
+		for i := range group {
+			group[i] = horovod.NamedTensor{Name: fmt.Sprintf("g%02d", i),
+				Tensor: horovod.Tensor{DType: horovod.Float32, Shape: []int{part}, Data: x.Data[i*part*4 : (i+1)*part*4]}}
+		}
 		for _, what := range collectives {
 			var raw float64
 			var err error
@@ -104,6 +116,11 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				})
 			case "alltoall":
 				comm.Do(func() { raw, err = rawmpi.TimeAlltoall(xs.Data, out[:len(xs.Data)], *batches, iters) })
+			case "grouped_reducescatter_sum": // one MPI_Reduce_scatter of all the group's bytes
+				all := x.Data[:peerGroup*part*4]
+				comm.Do(func() {
+					raw, err = rawmpi.TimeReducescatter(all, out[:len(all)/ranks], horovod.Float32, false, *batches, iters)
+				})
 			}
 			if err != nil {
 				log.Fatal(err)
@@ -152,6 +169,14 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				call = func(release bool) error {
 					t, _, err := hvd.Alltoall("t", xs, nil)
 					return released(hvd, release)(t, err)
+				}
+			case "grouped_reducescatter_sum":
+				call = func(release bool) error {
+					ts, err := hvd.GroupedReducescatter(group, horovod.ReducescatterOptions{Op: horovod.Sum})
+					if err == nil && release {
+						err = hvd.Release(ts...)
+					}
+					return err
 				}
 			}
 			if what == "allreduce_average_fp16" {
