@@ -5,9 +5,9 @@
 #                    .cache/peer (once: about 3 minutes on 2 cores; rebuilt when the pins change),
 #                    then prints in one run, for raw MPI, Horovod and gorovod: allreduce (Sum,
 #                    Average, Average with fp16 compression) from 4 KiB to 256 MiB, allgather,
-#                    broadcast, reducescatter (Sum, Average) and alltoall (even splits), on 2 and
-#                    3 ranks (scripts/bench_peer: Horovod's side under mpirun,
-#                    and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer);
+#                    broadcast, reducescatter (Sum, Average), alltoall (even splits) and a grouped
+#                    reducescatter of 64 tensors, on 2 and 3 ranks (scripts/bench_peer: Horovod's
+#                    side under mpirun, and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer);
 #                    then fine-tuning MiniLM at 1 and 2 ranks, gorovod's finetune against the
 #                    exporter's model under Horovod (DistributedGradientTape), at Horovod's
 #                    defaults and with mpi_yield_when_idle, and the initial broadcast of the
