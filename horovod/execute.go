@@ -51,11 +51,9 @@ func (o ReduceOp) backendOp() backend.ReduceOp {
 	return backend.Sum
 }
 
-// execute runs the responses of one round in order. Each allreduce (reducescatter) takes along
-// every later ready allreduce (reducescatter) of the same dtype, op and scale factors while they
-// fit the fusion threshold (a reducescatter of directMin or more goes alone), each broadcast
-// every later broadcast from the same root, each allgather every later allgather, and the
-// group runs as one backend call. Every rank computes the same batches from the same responses.
+// execute runs the responses of one round in order. Each allreduce, broadcast, allgather or
+// reducescatter takes along the later ready ones it fuses with (fuse), and the batch runs as
+// one backend call. Every rank computes the same batches from the same responses.
 // An error from the backend is returned: the collective state is then unknown and the loop stops.
 func (c *controller) execute(responses []*response) error {
 	used := make([]bool, len(responses))
@@ -74,46 +72,17 @@ func (c *controller) execute(responses []*response) error {
 		batch := []*response{r}
 		var err error
 		c.executing = c.executing[:0]
+		if r.spec.kind != kindBarrier && r.spec.kind != kindAlltoall {
+			batch = c.fuse(responses, i, used)
+		}
 		switch r.spec.kind {
-		case kindAllreduce, kindReducescatter:
-			bytes := r.spec.bytes()
-			// A reducescatter of directMin or more goes on its own; an allreduce fuses at any size
-			// (its inputs and outputs back to back, a Reducer's, need no fusion buffer).
-			alone := func(s *spec) bool { return s.kind == kindReducescatter && s.bytes() >= directMin }
-			for j := i + 1; j < len(responses) && !alone(r.spec); j++ {
-				if !used[j] && fusable(r, responses[j]) && !alone(responses[j].spec) && bytes+responses[j].spec.bytes() <= c.h.cfg.FusionThreshold {
-					used[j] = true
-					bytes += responses[j].spec.bytes()
-					batch = append(batch, responses[j])
-				}
-			}
-			if r.spec.kind == kindAllreduce {
-				err = c.allreduce(batch)
-			} else {
-				err = c.reducescatter(batch)
-			}
+		case kindAllreduce:
+			err = c.allreduce(batch)
+		case kindReducescatter:
+			err = c.reducescatter(batch)
 		case kindAllgather:
-			bytes := gatheredBytes(r)
-			for j := i + 1; j < len(responses); j++ {
-				if !used[j] && responses[j].err == nil && responses[j].spec.kind == kindAllgather &&
-					bytes+gatheredBytes(responses[j]) <= c.h.cfg.FusionThreshold {
-					used[j] = true
-					bytes += gatheredBytes(responses[j])
-					batch = append(batch, responses[j])
-				}
-			}
 			err = c.allgather(batch)
 		case kindBroadcast:
-			bytes := r.spec.bytes()
-			for j := i + 1; j < len(responses) && bytes < directMin; j++ {
-				s := responses[j].spec
-				if !used[j] && responses[j].err == nil && s.kind == kindBroadcast && s.root == r.spec.root &&
-					s.bytes() < directMin && bytes+s.bytes() <= c.h.cfg.FusionThreshold {
-					used[j] = true
-					bytes += s.bytes()
-					batch = append(batch, responses[j])
-				}
-			}
 			if len(batch) == 1 {
 				err = c.broadcast(r)
 			} else {
@@ -145,23 +114,71 @@ func (c *controller) execute(responses []*response) error {
 	return nil
 }
 
-// directMin is the size from which a broadcast or a reducescatter goes on its own, straight
-// from its input into its output, instead of fused with others: through the fusion buffer a
-// tensor costs copies on the critical path (a broadcast's root's in and the others' out; a
-// reducescatter's whole input in and its block out), more than a call of its own from about this
-// size. MiniLM's 105 variables apart in memory, 2 ranks: 47 ms fused, 19-21 ms with the 39 large
-// ones on their own; a grouped reducescatter of 64 tensors of 256 KiB, 2 ranks: 5.5-5.9 ms fused,
-// 1.9-3.2 ms one call each (of 64 KiB: 1.1-1.6 ms either way). The choice rests on sizes
-// alone, the same on every rank; where the tensors lie in memory (back to back or not) differs
-// between ranks and must not change which calls a rank makes.
+// directMin is the size from which a broadcast, an allgather or a reducescatter goes on its own,
+// straight from its input into its output, and up to which such tensors fuse: through the fusion
+// buffer a tensor costs copies on the critical path (a broadcast's root's in and the others'
+// out; a reducescatter's whole input in and its block out; an allgather's rows in and the whole
+// result out), more than a call of its own from about this size, and a batch of about this size
+// stays in the cores' caches between its copies and the collective. MiniLM's 105 variables apart
+// in memory, 2 ranks: 47 ms fused, 19-21 ms with the 39 large ones on their own. Grouped
+// reducescatters and allgathers of 64 tensors (make bench-peer), released, fused up to the
+// threshold against batches of up to directMin: reducescatter 3 ranks, 64 x 256 KiB (just under)
+// 9.1-11.2 against 5.5-6.2 ms, 64 x 64 KiB 2.3-2.5 against 1.7-1.9 ms (64 x 16 KiB 0.56-0.66
+// against 0.74-0.75 ms); allgather 2 ranks, 64 x 256 KiB 6.5-6.8 against 3.5-4.0 ms, 64 x 1 MiB
+// 23 against 15 ms. The choice rests on sizes alone, the same on every rank; where the tensors
+// lie in memory (back to back or not) differs between ranks and must not change which calls a
+// rank makes.
 const directMin = 256 << 10
 
-// fusable reports whether b fuses with a, an allreduce or a reducescatter: the same kind, dtype,
-// reduce op and scale factors.
+// fuse returns the batch responses[i] heads: it and every later response not yet used that fuses
+// with it (fusable), in order, while they fit the fusion threshold, marking them used. Broadcasts,
+// allgathers and reducescatters fuse only below directMin, each and in all: a batch of them is
+// at most about directMin bytes, and one of directMin or more goes on its own. Allreduces fuse
+// at any size (a Reducer's, back to back, need no fusion buffer).
+func (c *controller) fuse(responses []*response, i int, used []bool) []*response {
+	r := responses[i]
+	batch := []*response{r}
+	capped := r.spec.kind != kindAllreduce
+	bytes := fusedBytes(r)
+	for j := i + 1; j < len(responses) && !(capped && bytes >= directMin); j++ {
+		o := responses[j]
+		n := fusedBytes(o)
+		if used[j] || !fusable(r, o) || capped && n >= directMin || bytes+n > c.h.cfg.FusionThreshold {
+			continue
+		}
+		used[j] = true
+		bytes += n
+		batch = append(batch, o)
+	}
+	return batch
+}
+
+// fusedBytes is how much of the fusion buffer r takes: an allgather's result (every rank's rows),
+// another operation's tensor.
+func fusedBytes(r *response) int {
+	if r.spec.kind == kindAllgather {
+		return gatheredBytes(r)
+	}
+	return r.spec.bytes()
+}
+
+// fusable reports whether b, which has not failed, fuses with a: the same kind, and for an
+// allreduce or a reducescatter the same dtype, reduce op and scale factors, for a broadcast the
+// same root. Barriers and alltoalls never fuse.
 func fusable(a, b *response) bool {
 	x, y := a.spec, b.spec
-	return b.err == nil && y.kind == x.kind && x.dtype == y.dtype && x.op == y.op &&
-		x.prescale == y.prescale && x.postscale == y.postscale
+	if b.err != nil || x.kind != y.kind {
+		return false
+	}
+	switch x.kind {
+	case kindAllreduce, kindReducescatter:
+		return x.dtype == y.dtype && x.op == y.op && x.prescale == y.prescale && x.postscale == y.postscale
+	case kindBroadcast:
+		return x.root == y.root
+	case kindAllgather:
+		return true
+	}
+	return false
 }
 
 // take removes and returns this rank's request for name; nil on a rank that has joined.

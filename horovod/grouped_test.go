@@ -79,42 +79,90 @@ func TestGroupedReducescatterFuses(t *testing.T) {
 	}
 }
 
-// A member of directMin bytes or more goes on its own, straight from its input into its output
-// (through the fusion buffer its copies would cost more than a call of its own); the smaller
-// members fuse.
-func TestLargeReducescattersGoAlone(t *testing.T) {
-	hs, _, reduceScatters, _ := exchangeJob(t, 2, true)
-	shapes := [][]int{{3, 2}, {2, directMin / 16}, {5, 1}} // the second of directMin bytes in float64
-	input := func(member int) func(rank, i int) float64 {
-		return func(rank, i int) float64 { return float64(rank + 1 + i%7 + member) }
-	}
-	onEveryRank(t, hs, func(h *Horovod) error {
-		members := make([]NamedTensor, len(shapes))
-		for m, shape := range shapes {
-			in := make([]float64, shape[0]*shape[1])
-			for i := range in {
-				in[i] = input(m)(h.Rank(), i)
+// Reducescatters and allgathers fuse as broadcasts do: a member of directMin bytes or more (an
+// allgather's by its result) goes on its own, straight from its input into its output, and a
+// batch takes members only while it holds less than directMin (through the fusion buffer the
+// copies cost more than calls of their own). Each member's result is still its own.
+func TestFusionStopsAtDirectMin(t *testing.T) {
+	const third = directMin/(3*16) + 1 // rows of 16 bytes: three reach directMin, two do not (an even number)
+	for _, c := range []struct {
+		what  string
+		rows  []int // each member's rows of 2 float64 (its bytes for a reducescatter; every rank's for an allgather, of 2 ranks)
+		calls int64
+		small bool // the fused batches are small: the fusion buffer stays below directMin
+	}{
+		// The second alone; the first and third fuse.
+		{"large member", []int{3, directMin / 16, 5}, 2, true},
+		// Just over thirds of directMin: the first three fuse, reaching directMin; the fourth goes apart.
+		{"thirds", []int{third, third, third, third}, 2, false},
+	} {
+		for _, gather := range []bool{false, true} {
+			var allgathers atomic.Int64
+			var reduceScatters atomic.Int64
+			hs, _ := job(t, 2, WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
+				return nativeExchange{dataGathers{control, &allgathers}, &reduceScatters, &atomic.Int64{}}, nil
+			}))
+			input := func(member int) func(rank, i int) float64 {
+				return func(rank, i int) float64 { return float64(rank + 1 + i%7 + member) }
 			}
-			members[m] = NamedTensor{fmt.Sprintf("m%d", m), mustTensor(t, shape, in)}
-		}
-		outs, err := h.GroupedReducescatter(members, ReducescatterOptions{Op: Sum})
-		if err != nil {
-			return err
-		}
-		for m, shape := range shapes {
-			first := 0
-			for k := range h.Rank() {
-				first += scatterRows(shape[0], 2, k) * shape[1]
+			onEveryRank(t, hs, func(h *Horovod) error {
+				members := make([]NamedTensor, len(c.rows))
+				for m, rows := range c.rows {
+					if gather {
+						rows /= 2 // each rank's half of the result
+					}
+					in := make([]float64, rows*2)
+					for i := range in {
+						in[i] = input(m)(h.Rank(), i)
+					}
+					members[m] = NamedTensor{fmt.Sprintf("m%d", m), mustTensor(t, []int{rows, 2}, in)}
+				}
+				if gather {
+					outs, err := h.GroupedAllgather(members)
+					if err != nil {
+						return err
+					}
+					for m := range members {
+						n := len(members[m].Data) / 8
+						want := append(reduction(ReducescatterOptions{Op: Min}, 1, func(_, i int) float64 { return input(m)(0, i) }, 0, n),
+							reduction(ReducescatterOptions{Op: Min}, 1, func(_, i int) float64 { return input(m)(1, i) }, 0, n)...)
+						if got := mustValues[float64](outs[m]); !slices.Equal(got, want) {
+							return fmt.Errorf("allgather member %d: %v..., want %v...", m, got[:min(4, len(got))], want[:min(4, len(want))])
+						}
+					}
+					return nil
+				}
+				outs, err := h.GroupedReducescatter(members, ReducescatterOptions{Op: Sum})
+				if err != nil {
+					return err
+				}
+				for m, rows := range c.rows {
+					first := 0
+					for k := range h.Rank() {
+						first += scatterRows(rows, 2, k) * 2
+					}
+					want := reduction(ReducescatterOptions{Op: Sum}, 2, input(m), first, scatterRows(rows, 2, h.Rank())*2)
+					if got := mustValues[float64](outs[m]); !slices.Equal(got, want) {
+						return fmt.Errorf("reducescatter member %d: %v..., want %v...", m, got[:min(4, len(got))], want[:min(4, len(want))])
+					}
+				}
+				return nil
+			})
+			for _, h := range hs {
+				// A large member goes straight from its input into its output, never through the
+				// fusion buffer.
+				if n := len(h.ctl.fusion.buf); c.small && n >= directMin {
+					t.Errorf("%s, allgather %v: rank %d's fusion buffer grew to %d bytes", c.what, gather, h.Rank(), n)
+				}
 			}
-			want := reduction(ReducescatterOptions{Op: Sum}, 2, input(m), first, scatterRows(shape[0], 2, h.Rank())*shape[1])
-			if got := mustValues[float64](outs[m]); !slices.Equal(got, want) {
-				return fmt.Errorf("member %d: %v..., want %v...", m, got[:min(4, len(got))], want[:min(4, len(want))])
+			got := reduceScatters.Load() / 2
+			if gather {
+				got = allgathers.Load() / 2
+			}
+			if got != c.calls {
+				t.Errorf("%s, allgather %v: %d backend calls on each rank, want %d", c.what, gather, got, c.calls)
 			}
 		}
-		return nil
-	})
-	if got := reduceScatters.Load() / 2; got != 2 {
-		t.Errorf("%d backend reduce-scatters on each rank, want 2: the large member alone, the others fused", got)
 	}
 }
 

@@ -142,8 +142,8 @@ func TestReducescatterExact(t *testing.T) {
 // fusedCalls is how many backend calls horovod's fusion makes of same-kind tensors of these
 // sizes in bytes, in order, under the job's fusion threshold (HOROVOD_FUSION_THRESHOLD, as
 // make test-mpi sets it for every rank of a run, else horovod's default): a batch starts at the
-// first tensor left and takes each later one that still fits. Reducescatters of 256 KiB or more
-// go alone; the tests give it none.
+// first tensor left and takes each later one that still fits while it holds less than 256 KiB
+// (horovod's directMin). Reducescatters of 256 KiB or more go alone; the tests give it none.
 func fusedCalls(t *testing.T, sizes []int) uint64 {
 	for _, n := range sizes {
 		if n >= 256<<10 {
@@ -165,7 +165,7 @@ func fusedCalls(t *testing.T, sizes []int) uint64 {
 		}
 		calls++
 		bytes := sizes[i]
-		for j := i + 1; j < len(sizes); j++ {
+		for j := i + 1; j < len(sizes) && bytes < 256<<10; j++ {
 			if !used[j] && bytes+sizes[j] <= threshold {
 				used[j] = true
 				bytes += sizes[j]
