@@ -7,10 +7,11 @@ Run under mpirun with the peer virtualenv (Horovod built with MPI, TensorFlow):
 For every size (bytes per rank, float32): allreduce Sum, Average, Average with fp16 compression,
 allgather (every rank sends the size), broadcast from rank 0, reducescatter Sum and Average,
 alltoall with even splits, each through horovod.tensorflow in eager mode, one tensor per call, a
-new result per call, and grouped_reducescatter Sum of the size in 64 tensors as one group.
+new result per call, and grouped_reducescatter Sum and grouped_allgather of the size in 64
+tensors as one group.
 Reducescatter's and alltoall's tensor splits its one dimension in equal blocks, one per rank: the
 size's first elements that are a multiple of the ranks, as gorovod's bench and raw MPI take them
-(a grouped reducescatter's 64 tensors each so). Timed as gorovod's bench times its calls: one warm-up call, then
+(a grouped reducescatter's 64 tensors each so; a grouped allgather's too). Timed as gorovod's bench times its calls: one warm-up call, then
 batches of calls each after a barrier; a batch's mean per call, the best batch, the slowest rank.
 Rank 0 prints tab-separated lines: horovod, collective, bytes, seconds per call.
 """
@@ -26,9 +27,9 @@ import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
 COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
-               "reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum"]
+               "reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum", "grouped_allgather"]
 
-# GROUP is how many tensors of equal size a grouped reducescatter row splits its bytes into.
+# GROUP is how many tensors of equal size a grouped row splits its bytes into.
 GROUP = 64
 
 
@@ -90,6 +91,7 @@ def main():
             "reducescatter_average": lambda: hvd.reducescatter(xs, op=hvd.Average, name="t"),
             "alltoall": lambda: hvd.alltoall(xs, name="t"),
             "grouped_reducescatter_sum": lambda: hvd.grouped_reducescatter(parts, op=hvd.Sum),
+            "grouped_allgather": lambda: hvd.grouped_allgather(parts, name="g"),
         }
         for what in COLLECTIVES:
             if args.only and not re.search(args.only, what):

@@ -16,10 +16,10 @@ import (
 // peerCollectives are the rows of `make bench-peer`, in the order scripts/bench_peer prints
 // them; scripts/bench_peer/horovod_collectives.py times the same calls of Horovod's.
 var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
-	"reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum"}
+	"reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum", "grouped_allgather"}
 
-// peerGroup is how many tensors of equal size the grouped_reducescatter_sum row splits its bytes
-// into, as scripts/bench_peer's GROUP.
+// peerGroup is how many tensors of equal size the grouped rows split their bytes into, as
+// scripts/bench_peer's GROUP.
 const peerGroup = 64
 
 // parseSizes reads a comma-separated list of byte counts with an optional K or M suffix.
@@ -51,7 +51,7 @@ func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 // result given back with Release after each call; and, as gorovod_reused, into a buffer the
 // caller reuses (AllreduceOptions.Output, AllgatherInto, ReducescatterOptions.Output,
 // AlltoallInto) or in place (BroadcastVariables); not a group's) and, where MPI has the
-// operation, raw MPI (a grouped reducescatter's: one MPI_Reduce_scatter of its bytes);
+// operation, raw MPI (a group's: one MPI_Reduce_scatter or MPI_Allgather of its bytes);
 // rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 // With -only, only the collectives whose name matches it.
@@ -90,7 +90,7 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 		ranks := comm.Topology().Size
 		xs := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4 / ranks * ranks}}
 		xs.Data = x.Data[:xs.Shape[0]*4]
-		// A grouped reducescatter's peerGroup tensors, each split so, back to back in x.
+		// A grouped row's peerGroup tensors, each split so (for a reducescatter), back to back in x.
 		part := size / 4 / peerGroup / ranks * ranks
 		group := make([]horovod.NamedTensor, peerGroup)
 		for i := range group {
@@ -116,6 +116,9 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				})
 			case "alltoall":
 				comm.Do(func() { raw, err = rawmpi.TimeAlltoall(xs.Data, out[:len(xs.Data)], *batches, iters) })
+			case "grouped_allgather": // one MPI_Allgather of all the group's bytes
+				all := x.Data[:peerGroup*part*4]
+				comm.Do(func() { raw, err = rawmpi.TimeAllgather(all, out[:len(all)*ranks], *batches, iters) })
 			case "grouped_reducescatter_sum": // one MPI_Reduce_scatter of all the group's bytes
 				all := x.Data[:peerGroup*part*4]
 				comm.Do(func() {
@@ -170,13 +173,11 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 					t, _, err := hvd.Alltoall("t", xs, nil)
 					return released(hvd, release)(t, err)
 				}
+			case "grouped_allgather":
+				call = func(release bool) error { return releasedAll(hvd, release)(hvd.GroupedAllgather(group)) }
 			case "grouped_reducescatter_sum":
 				call = func(release bool) error {
-					ts, err := hvd.GroupedReducescatter(group, horovod.ReducescatterOptions{Op: horovod.Sum})
-					if err == nil && release {
-						err = hvd.Release(ts...)
-					}
-					return err
+					return releasedAll(hvd, release)(hvd.GroupedReducescatter(group, horovod.ReducescatterOptions{Op: horovod.Sum}))
 				}
 			}
 			if what == "allreduce_average_fp16" {
@@ -265,5 +266,15 @@ func released(hvd *horovod.Horovod, release bool) func(horovod.Tensor, error) er
 			return err
 		}
 		return hvd.Release(t)
+	}
+}
+
+// releasedAll is released for a group's results.
+func releasedAll(hvd *horovod.Horovod, release bool) func([]horovod.Tensor, error) error {
+	return func(ts []horovod.Tensor, err error) error {
+		if err != nil || !release {
+			return err
+		}
+		return hvd.Release(ts...)
 	}
 }
