@@ -1,7 +1,8 @@
 // Package horovod is Horovod for Go: the collectives of data-parallel training (allreduce,
-// allgather, broadcast, barrier, join) with Horovod's semantics, and the distributed optimizer step
-// (Reducer) that averages a train step's named gradients through fused, optionally fp16-compressed
-// allreduces.
+// allgather, broadcast, reducescatter, alltoall, barrier, join; grouped allreduce, allgather and
+// reducescatter; BroadcastObject and AllgatherObject for any gob-encodable value) with Horovod's
+// semantics, and the distributed optimizer step (Reducer) that averages a train step's named
+// gradients through fused, optionally fp16-compressed allreduces.
 //
 // A process calls Init once. Under mpirun (or srun, or a PMI mpiexec) it joins the job over MPI,
 // whose backend registers itself when the program imports it,
@@ -11,8 +12,8 @@
 // (package horovod links no MPI of its own); started by hand it is a job of size 1 that needs
 // no MPI. Every collective names its tensor; negotiation rounds agree with the other ranks on
 // which named operations every rank has submitted, check that they agree on dtype, shape, op and
-// root, fuse ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes and run them on
-// the backend. A background loop (one per process, as Horovod's background thread) runs the
+// root, fuse ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes (broadcasts,
+// allgathers and reducescatters into batches of less than 256 KiB) and run them on the backend. A background loop (one per process, as Horovod's background thread) runs the
 // rounds, except that the caller of a blocking operation that finds no round in progress runs
 // the round announcing it itself: ranks calling in step then complete without a hand-over
 // between goroutines (see LoopStats). Agreement is cached, so a steady training loop exchanges a
