@@ -615,10 +615,10 @@ func (c *controller) reducescatter(batch []*response) error {
 	in, mine := ins[0], outs[0] // what the backend reduces; this rank's fused block
 	if len(batch) > 1 || s.prescale != 1 || !native {
 		// The fusion buffer holds the fused (or scaled) input, the caller's staying unchanged,
-		// followed by this rank's fused block; without a reduce-scatter of the backend's, the
-		// whole reduction, in place.
+		// followed, for several tensors, by this rank's fused block; without a reduce-scatter of
+		// the backend's, the whole reduction, in place.
 		size := total
-		if native {
+		if native && len(batch) > 1 {
 			size += counts[c.rank]
 		}
 		c.fusion.grow(size, false)
@@ -628,13 +628,11 @@ func (c *controller) reducescatter(batch []*response) error {
 		buf := c.fusion.buf
 		if len(batch) > 1 || s.prescale != 1 {
 			parts := make([][]byte, 0, c.size*len(batch))
+			at := make([]int, len(batch)) // each tensor's block for rank k starts at at[i]
 			for k := range c.size {
 				for i := range batch {
-					first := 0
-					for _, n := range blocks[i][:k] {
-						first += n
-					}
-					parts = append(parts, ins[i][first:first+blocks[i][k]])
+					parts = append(parts, ins[i][at[i]:at[i]+blocks[i][k]])
+					at[i] += blocks[i][k]
 				}
 			}
 			_ = c.phase(names, "MEMCPY_IN_FUSION_BUFFER", func() error {
