@@ -121,8 +121,8 @@ func (c *controller) execute(responses []*response) error {
 // result out), more than a call of its own from about this size, and a batch of about this size
 // stays in the cores' caches between its copies and the collective. MiniLM's 105 variables apart
 // in memory, 2 ranks: 47 ms fused, 19-21 ms with the 39 large ones on their own. Grouped
-// reducescatters and allgathers of 64 tensors (make bench-peer), released, fused up to the
-// threshold against batches of up to directMin: reducescatter 3 ranks, 64 x 256 KiB (just under)
+// reducescatters and allgathers of 64 tensors (make bench-peer on a 2-core AMD EPYC of family
+// 26), released, fused up to the threshold against batches of up to directMin: reducescatter 3 ranks, 64 x 256 KiB (just under)
 // 9.1-11.2 against 5.5-6.2 ms, 64 x 64 KiB 2.3-2.5 against 1.7-1.9 ms (64 x 16 KiB 0.56-0.66
 // against 0.74-0.75 ms); allgather 2 ranks, 64 x 256 KiB 6.5-6.8 against 3.5-4.0 ms, 64 x 1 MiB
 // 23 against 15 ms. The choice rests on sizes alone, the same on every rank; where the tensors
