@@ -9,7 +9,8 @@ import (
 
 // BroadcastObject returns root's v on every rank (Horovod's broadcast_object): v is encoded
 // with encoding/gob on root, which stands for Horovod's pickle, and its length and then its
-// bytes are broadcast under name + "/length" and name + "/bytes"; every other rank decodes
+// bytes are broadcast in place with BroadcastVariables, as name + "/length" and name + "/bytes"
+// (so the operations are "broadcast/" + name + "/length" and so on); every other rank decodes
 // them into a new T. So v may be anything gob encodes (structs' exported fields, maps, slices;
 // an interface value's concrete type registered with gob.Register), a training state or a
 // configuration, say; the values other ranks pass are ignored. A root that cannot encode v
