@@ -132,8 +132,8 @@ const directMin = 256 << 10
 
 // fuse returns the batch responses[i] heads: it and every later response not yet used that fuses
 // with it (fusable), in order, while they fit the fusion threshold, marking them used. Broadcasts,
-// allgathers and reducescatters fuse only below directMin, each and in all: a batch of them is
-// at most about directMin bytes, and one of directMin or more goes on its own. Allreduces fuse
+// allgathers and reducescatters fuse only below directMin: a batch of them takes tensors while it
+// holds less than directMin bytes, and one of directMin or more goes on its own. Allreduces fuse
 // at any size (a Reducer's, back to back, need no fusion buffer).
 func (c *controller) fuse(responses []*response, i int, used []bool) []*response {
 	r := responses[i]

@@ -13,12 +13,13 @@
 // no MPI. Every collective names its tensor; negotiation rounds agree with the other ranks on
 // which named operations every rank has submitted, check that they agree on dtype, shape, op and
 // root, fuse ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes (broadcasts,
-// allgathers and reducescatters into batches of less than 256 KiB) and run them on the backend. A background loop (one per process, as Horovod's background thread) runs the
-// rounds, except that the caller of a blocking operation that finds no round in progress runs
-// the round announcing it itself: ranks calling in step then complete without a hand-over
-// between goroutines (see LoopStats). Agreement is cached, so a steady training loop exchanges a
-// few bits per tensor per step. A disagreement fails the operation with the same error on every rank, naming the tensor
-// and the ranks; nothing hangs on it.
+// allgathers and reducescatters into batches closed once they reach 256 KiB) and run them on the
+// backend. A background loop (one per process, as Horovod's background thread) runs the rounds,
+// except that the caller of a blocking operation that finds no round in progress runs the round
+// announcing it itself: ranks calling in step then complete without a hand-over between
+// goroutines (see LoopStats). Agreement is cached, so a steady training loop exchanges a few
+// bits per tensor per step. A disagreement fails the operation with the same error on every
+// rank, naming the tensor and the ranks; nothing hangs on it.
 //
 //	hvd, err := horovod.Init()
 //	if err != nil { ... }

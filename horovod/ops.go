@@ -131,17 +131,19 @@ func (h *Horovod) GroupedAllreduce(ts []NamedTensor, o AllreduceOptions) ([]Tens
 }
 
 // GroupedAllgather is Allgather of every tensor as one unit, as GroupedAllreduce is Allreduce's
-// (Horovod's grouped_allgather): negotiated together, gathered in the same round (fused where
-// they fit the threshold), failing as a whole, matched across ranks by the order of the calls.
-// A rank that has joined takes part with no rows.
+// (Horovod's grouped_allgather): negotiated together, gathered in the same round (fused in
+// batches closed once their results reach 256 KiB, a larger result gathered on its own), failing as a
+// whole, matched across ranks by the order of the calls. A rank that has joined takes part with
+// no rows.
 func (h *Horovod) GroupedAllgather(ts []NamedTensor) ([]Tensor, error) {
 	return h.grouped(ts, func(t NamedTensor) (*request, error) { return allgatherRequest(t.Name, len(ts), t.Tensor) })
 }
 
 // GroupedReducescatter is Reducescatter of every tensor as one unit, as GroupedAllreduce is
 // Allreduce's (Horovod's grouped_reducescatter): negotiated together and reduced in the same
-// round, fused into one backend reduce-scatter where they fit the threshold, failing as a whole,
-// matched across ranks by the order of the calls. o.Output is refused: it is one tensor's.
+// round (fused in batches closed once they reach 256 KiB, a larger tensor reduced on its
+// own), failing as a whole, matched across ranks by the order of the calls.
+// o.Output is refused: it is one tensor's.
 func (h *Horovod) GroupedReducescatter(ts []NamedTensor, o ReducescatterOptions) ([]Tensor, error) {
 	return h.grouped(ts, func(t NamedTensor) (*request, error) { return h.reducescatterRequest(t.Name, len(ts), t.Tensor, o) })
 }

@@ -228,7 +228,8 @@ func main() {
 		{"  the same, bf16 compression (raw MPI: float32)", "", rawAllreduce(sizeOf(grads), true, false, bigIters), reducer(horovod.ReducerOptions{Op: horovod.Sum, Compression: horovod.BF16Compression}, grads, bigIters), nil},
 	}
 	// Many reducescatters at once, as a sharded optimizer makes them: grouped, those under 256 KiB
-	// fuse into backend reduce-scatters of up to about 256 KiB, the larger go one by one; with
+	// fuse into backend reduce-scatters of batches closed once they reach 256 KiB, the larger go
+	// one by one; with
 	// fusion off, one per tensor. Raw MPI: one MPI_Reduce_scatter of all their bytes.
 	ranks := comm.Topology().Size
 	small256 := make([]horovod.NamedTensor, 256)
