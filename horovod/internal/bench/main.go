@@ -343,11 +343,7 @@ func rawReducescatter(n, size int, iters *int) func() (float64, error) {
 func groupedReducescatter(ts []horovod.NamedTensor, iters *int) func(*horovod.Horovod) float64 {
 	return func(h *horovod.Horovod) float64 {
 		return timeCalls(h, *iters, func() error {
-			got, err := h.GroupedReducescatter(ts, horovod.ReducescatterOptions{Op: horovod.Sum})
-			if err == nil {
-				err = h.Release(got...)
-			}
-			return err
+			return releasedAll(h, true)(h.GroupedReducescatter(ts, horovod.ReducescatterOptions{Op: horovod.Sum}))
 		})
 	}
 }
