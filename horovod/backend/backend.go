@@ -315,3 +315,19 @@ type Alltoaller interface {
 	// sendCounts[Rank] on rank r, and send and recv do not overlap.
 	Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error
 }
+
+// Splitter is implemented by a Backend that can make a backend over some of its ranks, for
+// horovod's process sets (Horovod's hvd.add_process_set): each set negotiates and moves its
+// tensors among its own ranks, on a backend of its own, while the job's backend goes on.
+type Splitter interface {
+	Backend
+	// Split is a collective of every rank of this backend, made on every rank in the same order
+	// as its other collectives, with the same ranks: ascending, distinct, each in [0, Size). On a
+	// rank in ranks it returns a Backend over those ranks alone, whose rank i is ranks[i] here
+	// (its Topology says this process's place in the set); on the others it returns nil. The new
+	// Backend is driven by a goroutine of its own, concurrently with this one and with its other
+	// splits (each of them still by one goroutine at a time), which a backend opened without
+	// DriverConfig.ProcessSets may not allow: Split then fails, naming the setting. A split is
+	// closed before the backend it was split from.
+	Split(ranks []int) (Backend, error)
+}

@@ -19,6 +19,10 @@ type Driver func(cfg DriverConfig) (Backend, error)
 // DriverConfig is the part of horovod's configuration that a Driver opens with.
 type DriverConfig struct {
 	Wait Wait // how a rank early in a negotiation round waits for its peers
+	// ProcessSets asks for a backend that can be split into process sets (Splitter) whose
+	// backends run concurrently with it (HOROVOD_DYNAMIC_PROCESS_SETS): MPI then initializes
+	// with MPI_THREAD_MULTIPLE instead of MPI_THREAD_SERIALIZED.
+	ProcessSets bool
 }
 
 // Wait is how a rank that reaches a negotiation round (a small allgather) before its peers waits
