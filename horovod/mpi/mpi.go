@@ -32,7 +32,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -41,7 +40,6 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/horovod/backend"
-	"github.com/gorovod/gorovod/horovod/internal/parallel"
 	"github.com/gorovod/gorovod/horovod/internal/peerprobe"
 )
 
@@ -91,7 +89,7 @@ const SleepingWaitMaxPart = 4096
 // driven from its own OS thread. It implements backend.Backend, ThreadBound, Negotiator, RollCall,
 // PeerProber, HostAllocator, PathReporter, OverlappedBroadcaster, ReduceScatterer and Alltoaller.
 type Comm struct {
-	topo  backend.Topology
+	communicator
 	calls chan func()
 	// mu guards closed: Do holds it for reading while its call is on the MPI thread, Close for
 	// writing as it marks the Comm closed, so that no call reaches the thread after Close has
@@ -101,12 +99,7 @@ type Comm struct {
 	// serving is set while Serve runs a loop: that loop is then the only
 	// caller, and its calls run in place.
 	serving atomic.Bool
-	// wait: how a rank early in a small allgather waits for its peers.
-	wait backend.Wait
-	// allreduceChunk: see AllreduceChunk. allreduceCalls counts MPI_Allreduce calls (AllreduceCalls),
-	// reduceScatters ReduceScatter's (ReduceScatters).
-	allreduceChunk int
-	allreduceCalls atomic.Uint64
+	// reduceScatters counts ReduceScatter's calls (ReduceScatters).
 	reduceScatters atomic.Uint64
 	// probeListener answers the peers' probes; peers are where to probe them (probe.go).
 	probeListener *peerprobe.Listener
@@ -140,7 +133,8 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 	if !first {
 		return nil, errors.New("mpi: Open called twice: MPI can be initialized once per process")
 	}
-	c := &Comm{calls: make(chan func()), wait: cfg.Wait}
+	c := &Comm{calls: make(chan func())}
+	c.wait, c.do = cfg.Wait, c.Do
 	ready := make(chan error)
 	go c.serve(ready)
 	if err := <-ready; err != nil {
@@ -186,14 +180,7 @@ func (c *Comm) serve(ready chan<- error) {
 		ready <- fmt.Errorf("mpi: the library provides thread level %d, below MPI_THREAD_SERIALIZED", int(t.thread_level))
 		return
 	}
-	c.topo = backend.Topology{
-		Rank: int(t.rank), Size: int(t.size),
-		LocalRank: int(t.local_rank), LocalSize: int(t.local_size),
-		CrossRank: int(t.cross_rank), CrossSize: int(t.cross_size),
-	}
-	if c.topo.LocalSize == c.topo.Size {
-		c.allreduceChunk = SharedMemoryAllreduceChunk
-	}
+	c.place(C.hvd_mpi_world(), &t)
 	ready <- nil
 	for f := range c.calls {
 		f()
@@ -240,31 +227,6 @@ func (c *Comm) Serve(loop func()) {
 	loop()
 }
 
-func (c *Comm) call(name string, f func() C.int) error {
-	var rc C.int
-	if err := c.Do(func() { rc = f() }); err != nil {
-		return err
-	}
-	return mpiError(name, rc)
-}
-
-// Name is "mpi".
-func (c *Comm) Name() string { return "mpi" }
-
-// Topology is the process's place in MPI_COMM_WORLD; local means sharing memory with this process.
-func (c *Comm) Topology() backend.Topology { return c.topo }
-
-// maxCount is the largest element count one MPI call takes (counts are C ints); a variable so
-// that a test can make the calls past it with small buffers.
-var maxCount = math.MaxInt32
-
-func ptr(b []byte) unsafe.Pointer {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Pointer(&b[0])
-}
-
 // SharedMemoryAllreduceChunk is the most bytes one MPI_Allreduce call reduces when every rank
 // runs on this machine: a larger allreduce goes as several calls, each over the next chunk
 // (rounded down to whole elements). OpenMPI 4.1 over shared memory reduces a large buffer faster
@@ -283,12 +245,8 @@ const SharedMemoryAllreduceChunk = 4 << 20
 // it reduces with MPI, in calls of at most 2^31-1 elements, and of AllreduceChunk bytes when
 // that is set; a send aliasing recv is MPI_IN_PLACE.
 func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
-	es := dt.Size()
-	if es == 0 {
-		return fmt.Errorf("mpi: allreduce of invalid dtype %v", dt)
-	}
-	if len(send) != len(recv) || len(send)%es != 0 {
-		return fmt.Errorf("mpi: allreduce of %d bytes into %d bytes of %v", len(send), len(recv), dt)
+	if err := c.checkAllreduce(send, recv, dt); err != nil {
+		return err
 	}
 	c.lastPath = ""
 	if c.shm != nil && len(recv) >= SharedAllreduceMinBytes && op == backend.Sum {
@@ -303,30 +261,6 @@ func (c *Comm) Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceO
 	return c.mpiAllreduce(send, recv, dt, op)
 }
 
-// mpiAllreduce is Allreduce through MPI_Allreduce.
-func (c *Comm) mpiAllreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
-	es := dt.Size()
-	inPlace := len(send) > 0 && &send[0] == &recv[0]
-	for off := 0; off < len(recv); {
-		n := min((len(recv)-off)/es, maxCount)
-		if c.allreduceChunk > 0 {
-			n = min(n, max(1, c.allreduceChunk/es))
-		}
-		s, r := send[off:off+n*es], recv[off:off+n*es]
-		if inPlace {
-			s = r
-		}
-		c.allreduceCalls.Add(1)
-		if err := c.call("MPI_Allreduce", func() C.int {
-			return C.hvd_mpi_allreduce(ptr(s), ptr(r), C.int(n), C.int(dt), C.int(op))
-		}); err != nil {
-			return err
-		}
-		off += n * es
-	}
-	return nil
-}
-
 // Broadcast sends root's buf over shared memory when every rank runs on this machine and buf
 // is SharedBroadcastMinBytes or longer (SharedBroadcastMinBytes2 in a job of 2 ranks; see
 // sharedBroadcast), otherwise with MPI in chunks of at most 2^31-1 bytes.
@@ -335,19 +269,6 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 		return err
 	}
 	return c.mpiBroadcast(buf, root)
-}
-
-// mpiBroadcast is Broadcast through MPI_Bcast, in chunks of at most maxCount bytes.
-func (c *Comm) mpiBroadcast(buf []byte, root int) error {
-	for off := 0; off < len(buf); {
-		n := min(len(buf)-off, maxCount)
-		b := buf[off : off+n]
-		if err := c.call("MPI_Bcast", func() C.int { return C.hvd_mpi_bcast(ptr(b), C.int(n), C.int(root)) }); err != nil {
-			return err
-		}
-		off += n
-	}
-	return nil
 }
 
 // BroadcastWhile is Broadcast with during run meanwhile (backend.OverlappedBroadcaster): every
@@ -402,8 +323,8 @@ func (c *Comm) BroadcastWhile(buf []byte, root int, during func()) error {
 // broadcastShared checks root and makes the broadcast over shared memory where Broadcast's
 // doc says it goes there; done is false when MPI is to make it.
 func (c *Comm) broadcastShared(buf []byte, root int) (done bool, err error) {
-	if root < 0 || root >= c.topo.Size {
-		return false, fmt.Errorf("mpi: broadcast root %d outside 0..%d", root, c.topo.Size-1)
+	if err := c.checkRoot(root); err != nil {
+		return false, err
 	}
 	c.lastBroadcastPath = ""
 	if c.shm == nil || len(buf) < sharedBroadcastMin(c.topo.Size) {
@@ -438,67 +359,18 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 	return c.mpiAllgatherv(send, recv, counts)
 }
 
-// mpiAllgatherv is Allgatherv through MPI's blocking MPI_Allgatherv, whose counts and
-// displacements are C ints: a result of more than maxCount bytes (2^31-1; Horovod's limit is
-// 2^31 elements) goes instead as one broadcast of each rank's part from that rank, which every
-// rank, knowing the counts, makes alike.
-func (c *Comm) mpiAllgatherv(send, recv []byte, counts []int) error {
-	if _, err := c.checkAllgatherv(send, recv, counts); err != nil || len(recv) == 0 {
-		return err
-	}
-	if len(recv) > maxCount {
-		return c.allgatherByBroadcasts(send, recv, counts)
-	}
-	sp, cc := c.allgathervArgs(send, recv, counts)
-	return c.call("MPI_Allgatherv", func() C.int {
-		return C.hvd_mpi_allgatherv_blocking(sp, C.int(len(send)), ptr(recv), &cc[0], &cc[len(counts)])
-	})
-}
-
-// allgatherByBroadcasts is an allgather of any length as one broadcast per rank.
-func (c *Comm) allgatherByBroadcasts(send, recv []byte, counts []int) error {
-	off := 0
-	for p, n := range counts {
-		part := recv[off : off+n]
-		if p == c.topo.Rank {
-			copy(part, send)
-		}
-		if err := c.mpiBroadcast(part, p); err != nil {
-			return err
-		}
-		off += n
-	}
-	return nil
-}
-
-// allgatherEqual is Allgatherv of parts as long as mine on every rank: every rank's, in rank
-// order.
-func (c *Comm) allgatherEqual(mine []byte) ([]byte, error) {
-	all, counts := make([]byte, len(mine)*c.topo.Size), make([]int, c.topo.Size)
-	for r := range counts {
-		counts[r] = len(mine)
-	}
-	if err := c.mpiAllgatherv(mine, all, counts); err != nil {
-		return nil, err
-	}
-	return all, nil
-}
-
 // NegotiationAllgatherv is Allgatherv for horovod's negotiation rounds (backend.Negotiator):
 // MPI_Iallgatherv, tested until it completes. When every part is at most SleepingWaitMaxPart
 // bytes, a rank that arrives before its peers waits for them as the Comm was opened with
 // (backend.DriverConfig.Wait). Its roll call tells Reached who has entered it. The messages of
 // a round are small: more than maxCount bytes in all is an error.
 func (c *Comm) NegotiationAllgatherv(send, recv []byte, counts []int) error {
-	largest, err := c.checkAllgatherv(send, recv, counts)
+	sleeping, err := c.checkNegotiation(send, recv, counts)
 	if err != nil || len(recv) == 0 {
 		return err
 	}
-	if len(recv) > maxCount {
-		return fmt.Errorf("mpi: a negotiation round of %d bytes in all, above 2^31-1", len(recv))
-	}
 	sleep := C.int(0)
-	if c.wait == backend.WaitSleep && largest <= SleepingWaitMaxPart {
+	if sleeping {
 		sleep = 1
 	}
 	sp, cc := c.allgathervArgs(send, recv, counts)
@@ -507,46 +379,9 @@ func (c *Comm) NegotiationAllgatherv(send, recv []byte, counts []int) error {
 	})
 }
 
-// checkAllgatherv checks an allgather's buffers against its counts and returns the largest part.
-func (c *Comm) checkAllgatherv(send, recv []byte, counts []int) (largest int, err error) {
-	if len(counts) != c.topo.Size {
-		return 0, fmt.Errorf("mpi: allgatherv with %d counts for %d ranks", len(counts), c.topo.Size)
-	}
-	total := 0
-	for r, n := range counts {
-		if n < 0 {
-			return 0, fmt.Errorf("mpi: allgatherv of %d bytes from rank %d", n, r)
-		}
-		total += n
-		largest = max(largest, n)
-	}
-	if counts[c.topo.Rank] != len(send) || total != len(recv) {
-		return 0, fmt.Errorf("mpi: allgatherv sends %d bytes (count %d) into %d bytes (counts total %d)", len(send), counts[c.topo.Rank], len(recv), total)
-	}
-	return largest, nil
-}
-
-// allgathervArgs returns the send pointer and the counts and displacements in C memory layout
-// of an allgather that checkAllgatherv passed, of 1 to maxCount bytes in all.
-func (c *Comm) allgathervArgs(send, recv []byte, counts []int) (sp unsafe.Pointer, cc []C.int) {
-	cc = make([]C.int, 2*len(counts)) // counts, then displacements
-	total := 0
-	for r, n := range counts {
-		cc[r], cc[len(counts)+r] = C.int(n), C.int(total)
-		total += n
-	}
-	// MPI reads the send pointer even for a zero count in some implementations: give it valid memory.
-	sp = ptr(send)
-	if sp == nil {
-		sp = ptr(recv)
-	}
-	return sp, cc
-}
-
-// ReduceScatter is MPI_Reduce_scatter (backend.ReduceScatterer): rank r receives counts[r]
-// bytes of the reduction, reduced as Allreduce reduces through MPI (float16 and bfloat16 by
-// half.go's operators, 8-bit sums wrapping around). A tensor of more than maxCount elements goes
-// as an Allreduce instead (see below).
+// ReduceScatter is MPI_Reduce_scatter (backend.ReduceScatterer), as mpiReduceScatter makes it,
+// but for a sum of at least the staging threshold when every rank runs on this machine, which
+// goes over shared memory (sharedReduceScatter).
 func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
 	// Every rank passes the same counts, so every rank leaves an empty tensor alike.
 	if err := c.checkReduceScatter(send, recv, counts, dt, op); err != nil || len(send) == 0 {
@@ -554,27 +389,8 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 	}
 	c.reduceScatters.Add(1)
 	c.lastReduceScatterPath = ""
-	at := 0 // this rank's block's offset in the tensor
-	for _, n := range counts[:c.topo.Rank] {
-		at += n
-	}
-	es := dt.Size()
-	if len(send)/es > maxCount {
-		// The counts are C ints, and Open MPI adds them up in a C int itself (the whole
-		// tensor's count, which its Reduce-then-Scatterv algorithm passes to one MPI_Reduce),
-		// so even blocks that each fit overflow it once the tensor has more elements than
-		// that. Allreduce reduces any length (in calls of at most maxCount elements), at the
-		// cost of a result buffer of the whole tensor. Every rank decides alike: on the length
-		// of send, which the counts they share fix.
-		all := make([]byte, len(send))
-		if err := c.Allreduce(send, all, dt, op); err != nil {
-			return err
-		}
-		copy(recv, all[at:])
-		return nil
-	}
-	if c.shm != nil && op == backend.Sum && len(send) >= c.shm.stagedMin {
-		done, err := c.sharedReduceScatter(send, recv, at, dt)
+	if c.shm != nil && op == backend.Sum && len(send) >= c.shm.stagedMin && len(send)/dt.Size() <= maxCount {
+		done, err := c.sharedReduceScatter(send, recv, c.blockAt(counts), dt)
 		if done {
 			c.lastReduceScatterPath = "SHM"
 		}
@@ -582,105 +398,8 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backend.DType, 
 			return err
 		}
 	}
-	cc := make([]C.int, len(counts))
-	for r, n := range counts {
-		cc[r] = C.int(n / es) // MPI counts elements
-	}
-	// An empty recv is a null pointer with a count of 0, which MPI never reads or writes.
-	sp, rp := ptr(send), ptr(recv)
-	return c.call("MPI_Reduce_scatter", func() C.int {
-		return C.hvd_mpi_reduce_scatter(sp, rp, &cc[0], C.int(dt), C.int(op))
-	})
-}
-
-// checkReduceScatter checks a reduce-scatter's arguments against backend.ReduceScatterer's
-// contract.
-func (c *Comm) checkReduceScatter(send, recv []byte, counts []int, dt backend.DType, op backend.ReduceOp) error {
-	es := dt.Size()
-	if es == 0 {
-		return fmt.Errorf("mpi: reduce-scatter of invalid dtype %v", dt)
-	}
-	if op < backend.Sum || op > backend.Product {
-		return fmt.Errorf("mpi: reduce-scatter with invalid op %v", op)
-	}
-	if len(counts) != c.topo.Size {
-		return fmt.Errorf("mpi: reduce-scatter with %d counts for %d ranks", len(counts), c.topo.Size)
-	}
-	total := 0
-	for r, n := range counts {
-		if n < 0 || n%es != 0 {
-			return fmt.Errorf("mpi: reduce-scatter of %d bytes to rank %d, not a whole number of %v elements", n, r, dt)
-		}
-		total += n
-	}
-	if len(send) != total || len(recv) != counts[c.topo.Rank] {
-		return fmt.Errorf("mpi: reduce-scatter of %d bytes (counts total %d) into %d bytes (count %d)", len(send), total, len(recv), counts[c.topo.Rank])
-	}
-	if parallel.Overlap(send, recv) {
-		return errors.New("mpi: reduce-scatter with overlapping send and recv")
-	}
-	return nil
-}
-
-// Alltoallv is MPI_Alltoallv of bytes (backend.Alltoaller). Its counts and displacements are C
-// ints: a block of more than maxCount bytes (2^31-1), or one that starts past maxCount in its
-// buffer, is an error, on this rank only, and a peer whose own counts fit waits for it in
-// MPI_Alltoallv (no rank knows the others' counts). horovod never gets there: it knows every
-// rank's splits and takes its allgather instead on every rank alike (alltoallFitsCInts).
-// (Horovod's MPI alltoall has the same C-int limits.)
-func (c *Comm) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
-	if err := c.checkAlltoallv(send, sendCounts, recv, recvCounts); err != nil {
-		return err
-	}
-	size := c.topo.Size
-	cc := make([]C.int, 4*size) // send counts, send displacements, receive counts, receive displacements
-	for i, counts := range [][]int{sendCounts, recvCounts} {
-		cd, off := cc[2*size*i:], 0
-		for r, n := range counts {
-			if n > maxCount || off > maxCount {
-				return fmt.Errorf("mpi: alltoallv sending %d bytes and receiving %d: %s block %d is %d bytes at offset %d, and MPI_Alltoallv takes counts and displacements of at most %d",
-					len(send), len(recv), [2]string{"send", "receive"}[i], r, n, off, maxCount)
-			}
-			cd[r], cd[size+r] = C.int(n), C.int(off)
-			off += n
-		}
-	}
-	// As in allgathervArgs, an empty buffer is given the other one's memory (MPI reads or writes
-	// none of it for counts of 0); only where both are empty are they null.
-	sp, rp := ptr(send), ptr(recv)
-	if sp == nil {
-		sp = rp
-	}
-	if rp == nil {
-		rp = sp
-	}
-	return c.call("MPI_Alltoallv", func() C.int {
-		return C.hvd_mpi_alltoallv(sp, &cc[0], &cc[size], rp, &cc[2*size], &cc[3*size])
-	})
-}
-
-// checkAlltoallv checks an all-to-all's arguments against backend.Alltoaller's contract, as far
-// as one rank can: that recvCounts[r] here equals sendCounts[Rank] on rank r only MPI sees.
-func (c *Comm) checkAlltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
-	if len(sendCounts) != c.topo.Size || len(recvCounts) != c.topo.Size {
-		return fmt.Errorf("mpi: alltoallv with %d send and %d receive counts for %d ranks", len(sendCounts), len(recvCounts), c.topo.Size)
-	}
-	for i, counts := range [][]int{sendCounts, recvCounts} {
-		total := 0
-		for r, n := range counts {
-			if n < 0 {
-				return fmt.Errorf("mpi: alltoallv with a %s count of %d bytes for rank %d", [2]string{"send", "receive"}[i], n, r)
-			}
-			total += n
-		}
-		if buf := [2][]byte{send, recv}[i]; len(buf) != total {
-			return fmt.Errorf("mpi: alltoallv %s buffer of %d bytes for %s counts totalling %d", [2]string{"send", "receive"}[i], len(buf), [2]string{"send", "receive"}[i], total)
-		}
-	}
-	if parallel.Overlap(send, recv) {
-		return errors.New("mpi: alltoallv with overlapping send and recv")
-	}
-	return nil
+	// Past maxCount elements, the whole Allreduce: over shared memory where it goes there.
+	return c.mpiReduceScatter(send, recv, counts, dt, op, c.Allreduce)
 }
 
 // Reached is the roll call of the NegotiationAllgatherv in progress: every rank that waits in one past the spin of the sleeping wait (50 us) tells
@@ -722,11 +441,6 @@ func (c *Comm) AllreduceCalls() uint64 { return c.allreduceCalls.Load() }
 // ReduceScatters is how many non-empty reduce-scatters this process has made through
 // ReduceScatter, whichever way each went: a fused group of horovod's reducescatters is one.
 func (c *Comm) ReduceScatters() uint64 { return c.reduceScatters.Load() }
-
-// Barrier is MPI_Barrier.
-func (c *Comm) Barrier() error {
-	return c.call("MPI_Barrier", func() C.int { return C.hvd_mpi_barrier() })
-}
 
 // abortGrace is how long Abort lets MPI_Abort end the process before exiting by itself.
 const abortGrace = 10 * time.Second

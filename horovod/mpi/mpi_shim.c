@@ -8,7 +8,12 @@
 #include <sys/prctl.h>
 #endif
 
-static MPI_Comm world = MPI_COMM_NULL;
+// An hvd_comm holds an MPI_Comm for Go, which cannot name one portably (MPI handles are pointers
+// in OpenMPI and integers elsewhere). world is the job's (MPI_COMM_WORLD duplicated).
+struct hvd_comm {
+	MPI_Comm comm;
+};
+static hvd_comm world = {MPI_COMM_NULL};
 static MPI_Datatype half_type = MPI_DATATYPE_NULL, bf16_type = MPI_DATATYPE_NULL;
 static MPI_Op half_sum = MPI_OP_NULL, half_min = MPI_OP_NULL, half_max = MPI_OP_NULL, half_prod = MPI_OP_NULL;
 static MPI_Op byte_sum = MPI_OP_NULL;
@@ -61,6 +66,25 @@ static void byte_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 	for (int i = 0; i < *len; i++) b[i] = (uint8_t)(a[i] + b[i]);
 }
 
+// topology fills in this process's place in c, with Horovod's meanings: its rank and size, then
+// among the ranks of c sharing memory with it (local) and among those with its local rank
+// (cross). It is a collective of c.
+static int topology(MPI_Comm c, hvd_topology *topo) {
+	int err;
+	MPI_Comm_rank(c, &topo->rank);
+	MPI_Comm_size(c, &topo->size);
+	MPI_Comm local, cross;
+	if ((err = MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, topo->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS) return err;
+	MPI_Comm_rank(local, &topo->local_rank);
+	MPI_Comm_size(local, &topo->local_size);
+	MPI_Comm_free(&local);
+	if ((err = MPI_Comm_split(c, topo->local_rank, topo->rank, &cross)) != MPI_SUCCESS) return err;
+	MPI_Comm_rank(cross, &topo->cross_rank);
+	MPI_Comm_size(cross, &topo->cross_size);
+	MPI_Comm_free(&cross);
+	return MPI_SUCCESS;
+}
+
 int hvd_mpi_init(hvd_topology *topo) {
 	int err, initialized = 0;
 	MPI_Initialized(&initialized);
@@ -72,27 +96,16 @@ int hvd_mpi_init(hvd_topology *topo) {
 	} else {
 		MPI_Query_thread(&topo->thread_level);
 	}
-	if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &world)) != MPI_SUCCESS) return err;
+	if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &world.comm)) != MPI_SUCCESS) return err;
 	// Errors come back as codes that Go turns into errors, instead of MPI aborting the job.
-	MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
-	MPI_Comm_rank(world, &topo->rank);
-	MPI_Comm_size(world, &topo->size);
+	MPI_Comm_set_errhandler(world.comm, MPI_ERRORS_RETURN);
+	if ((err = topology(world.comm, topo)) != MPI_SUCCESS) return err;
 	world_rank = topo->rank;
 	world_size = topo->size;
 	reached = calloc(world_size, sizeof *reached);
 	notes = calloc(2 * world_size, sizeof *notes);
 	note_from = calloc(world_size, sizeof *note_from);
 	if (reached == NULL || notes == NULL || note_from == NULL) return MPI_ERR_NO_MEM;
-
-	MPI_Comm local, cross;
-	if ((err = MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, topo->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS) return err;
-	MPI_Comm_rank(local, &topo->local_rank);
-	MPI_Comm_size(local, &topo->local_size);
-	if ((err = MPI_Comm_split(world, topo->local_rank, topo->rank, &cross)) != MPI_SUCCESS) return err;
-	MPI_Comm_rank(cross, &topo->cross_rank);
-	MPI_Comm_size(cross, &topo->cross_size);
-	MPI_Comm_free(&local);
-	MPI_Comm_free(&cross);
 
 	if ((err = MPI_Type_contiguous(2, MPI_BYTE, &half_type)) != MPI_SUCCESS) return err;
 	MPI_Type_commit(&half_type);
@@ -140,21 +153,23 @@ static MPI_Op mpi_op(int dtype, int op) {
 	return MPI_OP_NULL;
 }
 
-int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op) {
+hvd_comm *hvd_mpi_world(void) { return &world; }
+
+int hvd_mpi_allreduce(const hvd_comm *c, const void *send, void *recv, int count, int dtype, int op) {
 	MPI_Datatype t = mpi_type(dtype);
 	MPI_Op o = mpi_op(dtype, op);
 	if (t == MPI_DATATYPE_NULL) return MPI_ERR_TYPE;
 	if (o == MPI_OP_NULL) return MPI_ERR_OP;
-	return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, count, t, o, world);
+	return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, count, t, o, c->comm);
 }
 
-int hvd_mpi_bcast(void *buf, int count, int root) { return MPI_Bcast(buf, count, MPI_BYTE, root, world); }
+int hvd_mpi_bcast(const hvd_comm *c, void *buf, int count, int root) { return MPI_Bcast(buf, count, MPI_BYTE, root, c->comm); }
 
 int hvd_mpi_ibcast(void *buf, int count, int root, void **req) {
 	*req = NULL;
 	MPI_Request *r = malloc(sizeof *r);
 	if (r == NULL) return MPI_ERR_NO_MEM;
-	int err = MPI_Ibcast(buf, count, MPI_BYTE, root, world, r);
+	int err = MPI_Ibcast(buf, count, MPI_BYTE, root, world.comm, r);
 	if (err != MPI_SUCCESS) {
 		free(r);
 		return err;
@@ -189,11 +204,11 @@ static int roll_call(int *posted) {
 	for (int r = 0; r < world_size; r++) {
 		if (!is_partner(r)) continue;
 		note_from[n] = r;
-		if ((err = MPI_Irecv(NULL, 0, MPI_BYTE, r, tag, world, &notes[n])) != MPI_SUCCESS) return err;
+		if ((err = MPI_Irecv(NULL, 0, MPI_BYTE, r, tag, world.comm, &notes[n])) != MPI_SUCCESS) return err;
 		n++;
 	}
 	for (int i = 0; i < n; i++) {
-		if ((err = MPI_Isend(NULL, 0, MPI_BYTE, note_from[i], tag, world, &notes[n + i])) != MPI_SUCCESS) return err;
+		if ((err = MPI_Isend(NULL, 0, MPI_BYTE, note_from[i], tag, world.comm, &notes[n + i])) != MPI_SUCCESS) return err;
 	}
 	*posted = n;
 	__atomic_add_fetch(&roll_calls, 1, __ATOMIC_RELAXED);
@@ -225,9 +240,9 @@ static int drain_notes(void) {
 		for (;;) {
 			int found = 0;
 			MPI_Status st;
-			if ((err = MPI_Iprobe(r, MPI_ANY_TAG, world, &found, &st)) != MPI_SUCCESS) return err;
+			if ((err = MPI_Iprobe(r, MPI_ANY_TAG, world.comm, &found, &st)) != MPI_SUCCESS) return err;
 			if (!found || st.MPI_TAG == next || st.MPI_TAG < HVD_NOTE_TAG_BASE || st.MPI_TAG >= HVD_NOTE_TAG_BASE + HVD_NOTE_TAGS) break;
-			if ((err = MPI_Recv(NULL, 0, MPI_BYTE, r, st.MPI_TAG, world, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+			if ((err = MPI_Recv(NULL, 0, MPI_BYTE, r, st.MPI_TAG, world.comm, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
 		}
 	}
 	return MPI_SUCCESS;
@@ -282,27 +297,27 @@ int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *
 	__atomic_add_fetch(&rounds, 1, __ATOMIC_RELAXED);
 	for (int r = 0; r < world_size; r++) __atomic_store_n(&reached[r], r == world_rank, __ATOMIC_RELEASE);
 	__atomic_store_n(&tracking, 1, __ATOMIC_RELEASE);
-	err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world, &req);
+	err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world.comm, &req);
 	if (err == MPI_SUCCESS) err = wait_round(&req, sleep);
 	// A round that failed is over too: its roll call must not read as one in progress.
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
 	return err;
 }
 
-int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, const int *counts, const int *displs) {
-	return MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, world);
+int hvd_mpi_allgatherv_blocking(const hvd_comm *c, const void *send, int send_count, void *recv, const int *counts, const int *displs) {
+	return MPI_Allgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c->comm);
 }
 
-int hvd_mpi_reduce_scatter(const void *send, void *recv, const int *counts, int dtype, int op) {
+int hvd_mpi_reduce_scatter(const hvd_comm *c, const void *send, void *recv, const int *counts, int dtype, int op) {
 	MPI_Datatype t = mpi_type(dtype);
 	MPI_Op o = mpi_op(dtype, op);
 	if (t == MPI_DATATYPE_NULL) return MPI_ERR_TYPE;
 	if (o == MPI_OP_NULL) return MPI_ERR_OP;
-	return MPI_Reduce_scatter(send, recv, counts, t, o, world);
+	return MPI_Reduce_scatter(send, recv, counts, t, o, c->comm);
 }
 
-int hvd_mpi_alltoallv(const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs) {
-	return MPI_Alltoallv(send, send_counts, send_displs, MPI_BYTE, recv, recv_counts, recv_displs, MPI_BYTE, world);
+int hvd_mpi_alltoallv(const hvd_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs) {
+	return MPI_Alltoallv(send, send_counts, send_displs, MPI_BYTE, recv, recv_counts, recv_displs, MPI_BYTE, c->comm);
 }
 
 void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called) {
@@ -314,9 +329,9 @@ int hvd_mpi_tracking(void) { return __atomic_load_n(&tracking, __ATOMIC_ACQUIRE)
 
 int hvd_mpi_reached(int rank) { return reached == NULL ? 0 : __atomic_load_n(&reached[rank], __ATOMIC_ACQUIRE); }
 
-int hvd_mpi_barrier(void) { return MPI_Barrier(world); }
+int hvd_mpi_barrier(const hvd_comm *c) { return MPI_Barrier(c->comm); }
 
-void hvd_mpi_abort(int code) { MPI_Abort(world == MPI_COMM_NULL ? MPI_COMM_WORLD : world, code); }
+void hvd_mpi_abort(int code) { MPI_Abort(world.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : world.comm, code); }
 
 int hvd_mpi_finalize(void) {
 	MPI_Op_free(&half_sum);
@@ -326,7 +341,7 @@ int hvd_mpi_finalize(void) {
 	MPI_Op_free(&byte_sum);
 	MPI_Type_free(&half_type);
 	MPI_Type_free(&bf16_type);
-	MPI_Comm_free(&world);
+	MPI_Comm_free(&world.comm);
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
 	free(reached);
 	free(notes);

@@ -16,12 +16,18 @@ typedef struct {
 	int thread_level;
 } hvd_topology;
 
+// hvd_comm is a communicator: the job's (hvd_mpi_world).
+typedef struct hvd_comm hvd_comm;
+
 // hvd_mpi_init initializes MPI (unless already initialized), duplicates MPI_COMM_WORLD with
 // MPI_ERRORS_RETURN, splits the local and cross communicators and creates the float16 and bfloat16 types and
 // their ops.
 int hvd_mpi_init(hvd_topology *topo);
-int hvd_mpi_allreduce(const void *send, void *recv, int count, int dtype, int op);
-int hvd_mpi_bcast(void *buf, int count, int root);
+// hvd_mpi_world is the job's communicator, valid from hvd_mpi_init to hvd_mpi_finalize.
+hvd_comm *hvd_mpi_world(void);
+// The collectives below (but hvd_mpi_ibcast and hvd_mpi_allgatherv, the job's alone) are over c.
+int hvd_mpi_allreduce(const hvd_comm *c, const void *send, void *recv, int count, int dtype, int op);
+int hvd_mpi_bcast(const hvd_comm *c, void *buf, int count, int root);
 // hvd_mpi_ibcast starts MPI_Ibcast of count bytes; *req receives a handle for hvd_mpi_wait,
 // which waits for it and frees it (also after a failed start, where *req is NULL and it does
 // nothing).
@@ -38,12 +44,12 @@ int hvd_mpi_wait(void *req);
 // note.
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
 // hvd_mpi_allgatherv_blocking is MPI_Allgatherv of bytes: no roll call, MPI's own wait.
-int hvd_mpi_allgatherv_blocking(const void *send, int send_count, void *recv, const int *counts, const int *displs);
+int hvd_mpi_allgatherv_blocking(const hvd_comm *c, const void *send, int send_count, void *recv, const int *counts, const int *displs);
 // hvd_mpi_reduce_scatter is MPI_Reduce_scatter: counts[r] elements of dtype, reduced with op as
 // hvd_mpi_allreduce reduces them, to rank r.
-int hvd_mpi_reduce_scatter(const void *send, void *recv, const int *counts, int dtype, int op);
+int hvd_mpi_reduce_scatter(const hvd_comm *c, const void *send, void *recv, const int *counts, int dtype, int op);
 // hvd_mpi_alltoallv is MPI_Alltoallv of bytes.
-int hvd_mpi_alltoallv(const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs);
+int hvd_mpi_alltoallv(const hvd_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv, const int *recv_counts, const int *recv_displs);
 // hvd_mpi_roll_call_stats reads how many allgathers this process made and how many of them
 // took a roll call. Any thread may call it.
 void hvd_mpi_roll_call_stats(uint64_t *allgathers, uint64_t *called);
@@ -53,7 +59,7 @@ int hvd_mpi_tracking(void);
 // Any thread may call these two.
 int hvd_mpi_reached(int rank);
 enum { HVD_WAIT_SPIN_NS = 50000, HVD_WAIT_FIRST_SLEEP_NS = 10000, HVD_WAIT_MAX_SLEEP_NS = 500000 };
-int hvd_mpi_barrier(void);
+int hvd_mpi_barrier(const hvd_comm *c);
 void hvd_mpi_abort(int code);
 // hvd_mpi_thread_serialized is MPI_THREAD_SERIALIZED, the level this package needs.
 int hvd_mpi_thread_serialized(void);
