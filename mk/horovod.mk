@@ -54,6 +54,7 @@ test-mpi: debs
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/mpi.test ./horovod/mpi
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/conformance.test ./horovod/conformance
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/mpi.test -test.count=1
+	GOROVOD_MPI_TEST_PROCESS_SETS=1 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/mpi.test -test.count=1
 	rm -f $(HVD_BUILD)/timeline.json
 	HOROVOD_TIMELINE=$(HVD_BUILD)/timeline.json $(HVD_MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1

@@ -2,7 +2,9 @@
 // dedicated, locked OS thread, which makes every MPI call of the process but those of horovod's
 // negotiation rounds; a round (run by horovod's background loop, or by the caller of a blocking
 // operation) makes its own calls wherever Go runs it (see Serve). No two calls ever overlap, so
-// MPI_THREAD_SERIALIZED is all it asks of the library. float16
+// MPI_THREAD_SERIALIZED is all it asks of the library, unless it is opened for horovod's process
+// sets (backend.DriverConfig.ProcessSets), whose calls will overlap the Comm's: it then asks for
+// MPI_THREAD_MULTIPLE. float16
 // and bfloat16 reductions go through custom MPI operators backed by packages fp16 and bf16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
@@ -126,7 +128,10 @@ var (
 )
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator, whose
-// small allgathers wait as cfg says. It fails if called a second time in the same process.
+// small allgathers wait as cfg says. With cfg.ProcessSets it asks MPI for MPI_THREAD_MULTIPLE,
+// which process sets will need, and fails where the library provides less; otherwise for
+// MPI_THREAD_SERIALIZED, which is all the Comm itself needs and may cost MPI less locking. It
+// fails if called a second time in the same process.
 func Open(cfg backend.DriverConfig) (*Comm, error) {
 	first := false
 	opened.Do(func() { first = true })
@@ -136,7 +141,7 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 	c := &Comm{calls: make(chan func())}
 	c.wait, c.do = cfg.Wait, c.Do
 	ready := make(chan error)
-	go c.serve(ready)
+	go c.serve(cfg.ProcessSets, ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
@@ -167,17 +172,26 @@ func Open(cfg backend.DriverConfig) (*Comm, error) {
 	return c, nil
 }
 
-// serve is the MPI thread: it initializes MPI, then runs the calls sent to it until Close.
-func (c *Comm) serve(ready chan<- error) {
+// serve is the MPI thread: it initializes MPI (with MPI_THREAD_MULTIPLE where multiple is
+// set), then runs the calls sent to it until Close.
+func (c *Comm) serve(multiple bool, ready chan<- error) {
 	// Never unlocked: when serve returns after MPI_Finalize, the thread exits with it.
 	runtime.LockOSThread()
 	var t C.hvd_topology
-	if err := mpiError("MPI_Init_thread", C.hvd_mpi_init(&t)); err != nil {
+	ask := C.int(0)
+	if multiple {
+		ask = 1
+	}
+	if err := mpiError("MPI_Init_thread", C.hvd_mpi_init(ask, &t)); err != nil {
 		ready <- err
 		return
 	}
 	if t.thread_level < C.hvd_mpi_thread_serialized() {
 		ready <- fmt.Errorf("mpi: the library provides thread level %d, below MPI_THREAD_SERIALIZED", int(t.thread_level))
+		return
+	}
+	if multiple && t.thread_level < C.hvd_mpi_thread_multiple() {
+		ready <- fmt.Errorf("mpi: process sets (HOROVOD_DYNAMIC_PROCESS_SETS) need MPI_THREAD_MULTIPLE (%d), and the library provides thread level %d", int(C.hvd_mpi_thread_multiple()), int(t.thread_level))
 		return
 	}
 	c.place(C.hvd_mpi_world(), &t)

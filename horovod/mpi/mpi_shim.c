@@ -85,12 +85,13 @@ static int topology(MPI_Comm c, hvd_topology *topo) {
 	return MPI_SUCCESS;
 }
 
-int hvd_mpi_init(hvd_topology *topo) {
+int hvd_mpi_init(int multiple, hvd_topology *topo) {
 	int err, initialized = 0;
 	MPI_Initialized(&initialized);
 	if (!initialized) {
-		// No two MPI calls of this process overlap: horovod's loop or this thread makes them.
-		err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &topo->thread_level);
+		// Without process sets no two MPI calls of this process overlap: horovod's loop or this
+		// thread makes them. With process sets their calls overlap the job's.
+		err = MPI_Init_thread(NULL, NULL, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &topo->thread_level);
 		if (err != MPI_SUCCESS) return err;
 		we_initialized = 1;
 	} else {
@@ -361,3 +362,5 @@ void hvd_mpi_error_string(int code, char *buf, int len) {
 }
 
 int hvd_mpi_thread_serialized(void) { return MPI_THREAD_SERIALIZED; }
+
+int hvd_mpi_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }

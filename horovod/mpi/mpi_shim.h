@@ -19,10 +19,11 @@ typedef struct {
 // hvd_comm is a communicator: the job's (hvd_mpi_world).
 typedef struct hvd_comm hvd_comm;
 
-// hvd_mpi_init initializes MPI (unless already initialized), duplicates MPI_COMM_WORLD with
-// MPI_ERRORS_RETURN, splits the local and cross communicators and creates the float16 and bfloat16 types and
-// their ops.
-int hvd_mpi_init(hvd_topology *topo);
+// hvd_mpi_init initializes MPI (unless already initialized) asking for MPI_THREAD_MULTIPLE where
+// multiple is set and MPI_THREAD_SERIALIZED otherwise, duplicates MPI_COMM_WORLD with
+// MPI_ERRORS_RETURN, splits the local and cross communicators and creates the float16 and
+// bfloat16 types and their ops.
+int hvd_mpi_init(int multiple, hvd_topology *topo);
 // hvd_mpi_world is the job's communicator, valid from hvd_mpi_init to hvd_mpi_finalize.
 hvd_comm *hvd_mpi_world(void);
 // The collectives below (but hvd_mpi_ibcast and hvd_mpi_allgatherv, the job's alone) are over c.
@@ -61,8 +62,10 @@ int hvd_mpi_reached(int rank);
 enum { HVD_WAIT_SPIN_NS = 50000, HVD_WAIT_FIRST_SLEEP_NS = 10000, HVD_WAIT_MAX_SLEEP_NS = 500000 };
 int hvd_mpi_barrier(const hvd_comm *c);
 void hvd_mpi_abort(int code);
-// hvd_mpi_thread_serialized is MPI_THREAD_SERIALIZED, the level this package needs.
+// hvd_mpi_thread_serialized is MPI_THREAD_SERIALIZED, the level this package needs;
+// hvd_mpi_thread_multiple is MPI_THREAD_MULTIPLE, the level process sets need.
 int hvd_mpi_thread_serialized(void);
+int hvd_mpi_thread_multiple(void);
 int hvd_mpi_finalize(void);
 // hvd_mpi_error_string writes MPI's text for an error code into buf (NUL-terminated).
 void hvd_mpi_error_string(int code, char *buf, int len);

@@ -23,10 +23,15 @@ import (
 // without a launcher the tests skip: MPI singletons need no test of their own.
 var comm *Comm
 
+// processSets: comm was opened for process sets (MPI_THREAD_MULTIPLE), as make test-mpi's second
+// run of the tests asks with GOROVOD_MPI_TEST_PROCESS_SETS=1; the rest of the tests run under
+// both thread levels.
+var processSets = os.Getenv("GOROVOD_MPI_TEST_PROCESS_SETS") == "1"
+
 func TestMain(m *testing.M) {
 	if os.Getenv("OMPI_COMM_WORLD_SIZE") != "" {
 		var err error
-		if comm, err = Open(backend.DriverConfig{}); err != nil {
+		if comm, err = Open(backend.DriverConfig{ProcessSets: processSets}); err != nil {
 			panic(err)
 		}
 		if comm.shm != nil {
