@@ -16,15 +16,16 @@ import (
 	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
-// communicator is one MPI communicator with its collectives through MPI alone: those of a Comm
-// that shared memory does not take. A Comm embeds it; the communicators of process sets will
-// embed it too, to make the same MPI calls, after the same argument checks, past MPI's C-int
-// counts the same way.
+// communicator is one MPI communicator with its collectives through MPI alone: every collective
+// of a Group, and those of a Comm that shared memory does not take. Comm and Group embed it, so
+// that both make the same MPI calls, after the same argument checks, past MPI's C-int counts
+// the same way.
 type communicator struct {
 	h    *C.hvd_comm
 	topo backend.Topology
 	// do runs f, which makes MPI calls over h: a Comm hands it to its MPI thread (or runs it in
-	// place under Serve). Once the communicator is closed it returns ErrClosed without running f.
+	// place under Serve), a Group runs it in place. Once the communicator is closed it returns
+	// ErrClosed without running f.
 	do func(f func()) error
 	// wait: how a rank early in a small allgather waits for its peers.
 	wait backend.Wait

@@ -3,8 +3,8 @@
 // negotiation rounds; a round (run by horovod's background loop, or by the caller of a blocking
 // operation) makes its own calls wherever Go runs it (see Serve). No two calls ever overlap, so
 // MPI_THREAD_SERIALIZED is all it asks of the library, unless it is opened for horovod's process
-// sets (backend.DriverConfig.ProcessSets), whose calls will overlap the Comm's: it then asks for
-// MPI_THREAD_MULTIPLE. float16
+// sets (backend.DriverConfig.ProcessSets): their Groups (group.go) make their calls on their own
+// goroutines' threads, at the same time as the Comm's, which takes MPI_THREAD_MULTIPLE. float16
 // and bfloat16 reductions go through custom MPI operators backed by packages fp16 and bf16.
 //
 // A rank that reaches a small allgather (horovod's negotiation rounds) before its peers waits for
@@ -89,7 +89,8 @@ const SleepingWaitMaxPart = 4096
 
 // Comm is MPI_COMM_WORLD (duplicated, so that horovod's traffic never matches the application's),
 // driven from its own OS thread. It implements backend.Backend, ThreadBound, Negotiator, RollCall,
-// PeerProber, HostAllocator, PathReporter, OverlappedBroadcaster, ReduceScatterer and Alltoaller.
+// PeerProber, HostAllocator, PathReporter, OverlappedBroadcaster, ReduceScatterer, Alltoaller and
+// Splitter.
 type Comm struct {
 	communicator
 	calls chan func()
@@ -101,6 +102,14 @@ type Comm struct {
 	// serving is set while Serve runs a loop: that loop is then the only
 	// caller, and its calls run in place.
 	serving atomic.Bool
+	// threadMultiple: the thread level MPI provides lets threads make calls at once
+	// (MPI_THREAD_MULTIPLE), as the Groups of Split need. Open asks for it with ProcessSets.
+	threadMultiple bool
+	// groups are the Groups split from this Comm and not closed yet, in the order of their
+	// splits, which Close frees before it finalizes MPI (group.go). groupsMu guards it: a
+	// Group's Close, on the Group's goroutine, takes it out.
+	groupsMu sync.Mutex
+	groups   []*Group
 	// reduceScatters counts ReduceScatter's calls (ReduceScatters).
 	reduceScatters atomic.Uint64
 	// probeListener answers the peers' probes; peers are where to probe them (probe.go).
@@ -129,7 +138,7 @@ var (
 
 // Open initializes MPI on a new dedicated OS thread and returns the world communicator, whose
 // small allgathers wait as cfg says. With cfg.ProcessSets it asks MPI for MPI_THREAD_MULTIPLE,
-// which process sets will need, and fails where the library provides less; otherwise for
+// which Split needs, and fails where the library provides less; otherwise for
 // MPI_THREAD_SERIALIZED, which is all the Comm itself needs and may cost MPI less locking. It
 // fails if called a second time in the same process.
 func Open(cfg backend.DriverConfig) (*Comm, error) {
@@ -190,7 +199,8 @@ func (c *Comm) serve(multiple bool, ready chan<- error) {
 		ready <- fmt.Errorf("mpi: the library provides thread level %d, below MPI_THREAD_SERIALIZED", int(t.thread_level))
 		return
 	}
-	if multiple && t.thread_level < C.hvd_mpi_thread_multiple() {
+	c.threadMultiple = t.thread_level >= C.hvd_mpi_thread_multiple()
+	if multiple && !c.threadMultiple {
 		ready <- fmt.Errorf("mpi: process sets (HOROVOD_DYNAMIC_PROCESS_SETS) need MPI_THREAD_MULTIPLE (%d), and the library provides thread level %d", int(C.hvd_mpi_thread_multiple()), int(t.thread_level))
 		return
 	}
@@ -476,7 +486,9 @@ func (c *Comm) Abort(code int) {
 }
 
 // Close finalizes MPI and ends the MPI thread. It waits for the calls already handed to the
-// thread; a call made meanwhile or later, and a second Close, return ErrClosed.
+// thread; a call made meanwhile or later, and a second Close, return ErrClosed. A Group split
+// from the Comm and still open is freed first, on the MPI thread (see freeGroups), after the
+// call it may be making: from then on its calls, and its Close, return ErrClosed.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -490,10 +502,15 @@ func (c *Comm) Close() error {
 	if c.shm != nil {
 		shmErr = c.shm.close()
 	}
+	var groupsErr error
 	var rc C.int
 	done := make(chan struct{})
-	c.calls <- func() { rc = C.hvd_mpi_finalize(); close(done) }
+	c.calls <- func() {
+		groupsErr = c.freeGroups()
+		rc = C.hvd_mpi_finalize()
+		close(done)
+	}
 	<-done
 	close(c.calls)
-	return errors.Join(shmErr, mpiError("MPI_Finalize", rc))
+	return errors.Join(shmErr, groupsErr, mpiError("MPI_Finalize", rc))
 }

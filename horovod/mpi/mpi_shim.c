@@ -9,7 +9,8 @@
 #endif
 
 // An hvd_comm holds an MPI_Comm for Go, which cannot name one portably (MPI handles are pointers
-// in OpenMPI and integers elsewhere). world is the job's (MPI_COMM_WORLD duplicated).
+// in OpenMPI and integers elsewhere). world is the job's (MPI_COMM_WORLD duplicated);
+// hvd_mpi_split allocates a process set's.
 struct hvd_comm {
 	MPI_Comm comm;
 };
@@ -90,7 +91,7 @@ int hvd_mpi_init(int multiple, hvd_topology *topo) {
 	MPI_Initialized(&initialized);
 	if (!initialized) {
 		// Without process sets no two MPI calls of this process overlap: horovod's loop or this
-		// thread makes them. With process sets their calls overlap the job's.
+		// thread makes them. A process set's calls overlap the job's and the other sets'.
 		err = MPI_Init_thread(NULL, NULL, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &topo->thread_level);
 		if (err != MPI_SUCCESS) return err;
 		we_initialized = 1;
@@ -156,6 +157,33 @@ static MPI_Op mpi_op(int dtype, int op) {
 
 hvd_comm *hvd_mpi_world(void) { return &world; }
 
+int hvd_mpi_split(const hvd_comm *parent, int member, hvd_comm **out, hvd_topology *topo) {
+	int err, rank;
+	MPI_Comm c;
+	*out = NULL;
+	MPI_Comm_rank(parent->comm, &rank);
+	if ((err = MPI_Comm_split(parent->comm, member ? 0 : MPI_UNDEFINED, rank, &c)) != MPI_SUCCESS) return err;
+	if (c == MPI_COMM_NULL) return MPI_SUCCESS;
+	// As the job's: errors come back as codes instead of aborting the job.
+	MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+	hvd_comm *h = NULL;
+	// The topology first: it is a collective of c, which every member then makes alike.
+	if ((err = topology(c, topo)) == MPI_SUCCESS && (h = malloc(sizeof *h)) == NULL) err = MPI_ERR_NO_MEM;
+	if (err != MPI_SUCCESS) {
+		MPI_Comm_free(&c);
+		return err;
+	}
+	h->comm = c;
+	*out = h;
+	return MPI_SUCCESS;
+}
+
+int hvd_mpi_comm_free(hvd_comm *c) {
+	int err = MPI_Comm_free(&c->comm);
+	free(c);
+	return err;
+}
+
 int hvd_mpi_allreduce(const hvd_comm *c, const void *send, void *recv, int count, int dtype, int op) {
 	MPI_Datatype t = mpi_type(dtype);
 	MPI_Op o = mpi_op(dtype, op);
@@ -190,6 +218,20 @@ static int64_t now_ns(void) {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+// nap is one sleep of a sleeping wait: *pause, which starts at HVD_WAIT_FIRST_SLEEP_NS and
+// doubles with every nap up to HVD_WAIT_MAX_SLEEP_NS.
+static void nap(long *pause) {
+#ifdef PR_SET_TIMERSLACK
+	// Linux's default 50 us timer slack would stretch the first 10 us sleeps sixfold. The slack is
+	// per thread, and horovod's loop may run on any of Go's threads: set it on this one before its
+	// first sleep.
+	if (*pause == HVD_WAIT_FIRST_SLEEP_NS) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+	struct timespec ts = {0, *pause};
+	nanosleep(&ts, NULL);
+	*pause = *pause * 2 < HVD_WAIT_MAX_SLEEP_NS ? *pause * 2 : HVD_WAIT_MAX_SLEEP_NS;
 }
 
 static int note_tag(uint64_t round) { return HVD_NOTE_TAG_BASE + (int)(round % HVD_NOTE_TAGS); }
@@ -276,16 +318,7 @@ static int wait_round(MPI_Request *req, int sleep) {
 			if ((err = roll_call(&nrecv)) != MPI_SUCCESS) return err;
 			called = 1;
 		}
-		if (!sleep) continue;
-#ifdef PR_SET_TIMERSLACK
-		// Linux's default 50 us timer slack would stretch the first 10 us sleeps sixfold. The
-		// slack is per thread, and horovod's loop may run on any of Go's threads: set it on this
-		// one before its first sleep.
-		if (pause == HVD_WAIT_FIRST_SLEEP_NS) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-#endif
-		struct timespec ts = {0, pause};
-		nanosleep(&ts, NULL);
-		pause = pause * 2 < HVD_WAIT_MAX_SLEEP_NS ? pause * 2 : HVD_WAIT_MAX_SLEEP_NS;
+		if (sleep) nap(&pause);
 	}
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
 	if (called && (err = end_roll_call(nrecv)) != MPI_SUCCESS) return err;
@@ -303,6 +336,20 @@ int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *
 	// A round that failed is over too: its roll call must not read as one in progress.
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
 	return err;
+}
+
+int hvd_mpi_allgatherv_sleeping(const hvd_comm *c, const void *send, int send_count, void *recv, const int *counts, const int *displs) {
+	MPI_Request req;
+	int err = MPI_Iallgatherv(send, send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c->comm, &req);
+	if (err != MPI_SUCCESS) return err;
+	const int64_t spin_until = now_ns() + HVD_WAIT_SPIN_NS;
+	long pause = HVD_WAIT_FIRST_SLEEP_NS;
+	for (;;) {
+		int done = 0;
+		if ((err = MPI_Test(&req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return err;
+		if (done) return MPI_SUCCESS;
+		if (now_ns() >= spin_until) nap(&pause);
+	}
 }
 
 int hvd_mpi_allgatherv_blocking(const hvd_comm *c, const void *send, int send_count, void *recv, const int *counts, const int *displs) {

@@ -16,7 +16,7 @@ typedef struct {
 	int thread_level;
 } hvd_topology;
 
-// hvd_comm is a communicator: the job's (hvd_mpi_world).
+// hvd_comm is a communicator: the job's (hvd_mpi_world) or a process set's (hvd_mpi_split).
 typedef struct hvd_comm hvd_comm;
 
 // hvd_mpi_init initializes MPI (unless already initialized) asking for MPI_THREAD_MULTIPLE where
@@ -26,6 +26,11 @@ typedef struct hvd_comm hvd_comm;
 int hvd_mpi_init(int multiple, hvd_topology *topo);
 // hvd_mpi_world is the job's communicator, valid from hvd_mpi_init to hvd_mpi_finalize.
 hvd_comm *hvd_mpi_world(void);
+// hvd_mpi_split is MPI_Comm_split of parent, a collective of its ranks: the ranks with member set
+// get a communicator of their own in *out, ordered as in parent, with MPI_ERRORS_RETURN and their
+// place in it in *topo (as hvd_mpi_init's); the others get NULL. hvd_mpi_comm_free frees it.
+int hvd_mpi_split(const hvd_comm *parent, int member, hvd_comm **out, hvd_topology *topo);
+int hvd_mpi_comm_free(hvd_comm *c);
 // The collectives below (but hvd_mpi_ibcast and hvd_mpi_allgatherv, the job's alone) are over c.
 int hvd_mpi_allreduce(const hvd_comm *c, const void *send, void *recv, int count, int dtype, int op);
 int hvd_mpi_bcast(const hvd_comm *c, void *buf, int count, int root);
@@ -44,6 +49,9 @@ int hvd_mpi_wait(void *req);
 // hvd_mpi_reached can say who is late. A round whose ranks all arrive within the spin sends no
 // note.
 int hvd_mpi_allgatherv(const void *send, int send_count, void *recv, const int *counts, const int *displs, int sleep);
+// hvd_mpi_allgatherv_sleeping is hvd_mpi_allgatherv's sleeping wait without its roll call, whose
+// state is the job's communicator's: a process set's negotiation waits with it.
+int hvd_mpi_allgatherv_sleeping(const hvd_comm *c, const void *send, int send_count, void *recv, const int *counts, const int *displs);
 // hvd_mpi_allgatherv_blocking is MPI_Allgatherv of bytes: no roll call, MPI's own wait.
 int hvd_mpi_allgatherv_blocking(const hvd_comm *c, const void *send, int send_count, void *recv, const int *counts, const int *displs);
 // hvd_mpi_reduce_scatter is MPI_Reduce_scatter: counts[r] elements of dtype, reduced with op as
@@ -63,7 +71,7 @@ enum { HVD_WAIT_SPIN_NS = 50000, HVD_WAIT_FIRST_SLEEP_NS = 10000, HVD_WAIT_MAX_S
 int hvd_mpi_barrier(const hvd_comm *c);
 void hvd_mpi_abort(int code);
 // hvd_mpi_thread_serialized is MPI_THREAD_SERIALIZED, the level this package needs;
-// hvd_mpi_thread_multiple is MPI_THREAD_MULTIPLE, the level process sets need.
+// hvd_mpi_thread_multiple is MPI_THREAD_MULTIPLE, the level its process sets need.
 int hvd_mpi_thread_serialized(void);
 int hvd_mpi_thread_multiple(void);
 int hvd_mpi_finalize(void);

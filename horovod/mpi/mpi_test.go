@@ -24,8 +24,8 @@ import (
 var comm *Comm
 
 // processSets: comm was opened for process sets (MPI_THREAD_MULTIPLE), as make test-mpi's second
-// run of the tests asks with GOROVOD_MPI_TEST_PROCESS_SETS=1; the rest of the tests run under
-// both thread levels.
+// run of the tests asks with GOROVOD_MPI_TEST_PROCESS_SETS=1; the Split tests need it, and the
+// rest run under both thread levels.
 var processSets = os.Getenv("GOROVOD_MPI_TEST_PROCESS_SETS") == "1"
 
 func TestMain(m *testing.M) {
@@ -44,12 +44,39 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if comm != nil {
 		// Close can be checked only here, after every test: MPI is initialized once a process.
+		var open backend.Backend
+		if processSets {
+			var err error
+			if open, err = comm.Split(ranksUpTo(comm.Topology().Size)); err != nil {
+				fmt.Fprintln(os.Stderr, "FAIL: splitting a group to leave open:", err)
+				code = 1
+			}
+		}
 		if err := closeRacingDo(comm); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: closing the communicator:", err)
 			code = 1
 		}
+		if open != nil {
+			if err := checkClosedByParent(open); err != nil {
+				fmt.Fprintln(os.Stderr, "FAIL: a group left open when the communicator closed:", err)
+				code = 1
+			}
+		}
 	}
 	os.Exit(code)
+}
+
+// checkClosedByParent checks a Group left open while its Comm closed: the Comm freed it before
+// finalizing MPI, so its calls and its Close return ErrClosed instead of calling MPI after
+// MPI_Finalize (which aborts the process).
+func checkClosedByParent(g backend.Backend) error {
+	if err := g.Barrier(); !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("Barrier after the Comm's Close: %v, want ErrClosed", err)
+	}
+	if err := g.Close(); !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("Close after the Comm's Close: %v, want ErrClosed", err)
+	}
+	return nil
 }
 
 // closeRacingDo closes c twice at once while calls race the closes: exactly one Close finalizes
@@ -570,10 +597,11 @@ var elementCodecs = []elementCodec{
 // reduceScatterInput is rank's element i: an integer in -4..4, 0 included.
 func reduceScatterInput(rank, i int) float64 { return float64((i*7+rank*5)%9 - 4) }
 
-// reduceScatterWant is element i of the reduction with op of every rank's input, computed here.
-func reduceScatterWant(size, i int, op backend.ReduceOp) float64 {
-	acc := reduceScatterInput(0, i)
-	for r := 1; r < size; r++ {
+// reduceScatterWant is element i of the reduction with op of the inputs of ranks (of the job),
+// computed here.
+func reduceScatterWant(ranks []int, i int, op backend.ReduceOp) float64 {
+	acc := reduceScatterInput(ranks[0], i)
+	for _, r := range ranks[1:] {
 		v := reduceScatterInput(r, i)
 		switch op {
 		case backend.Sum:
@@ -612,10 +640,21 @@ func reduceScatterCounts(size int) map[string][]int {
 	return cases
 }
 
-// checkReduceScatter makes one reduce-scatter of elements per rank (element counts) and checks
-// this rank's block against the reduction computed in Go, and that send is left as it was.
-func checkReduceScatter(t *testing.T, topo backend.Topology, ec elementCodec, op backend.ReduceOp, elements []int) {
+// ranksUpTo is every rank of a job of size ranks: the job's ranks of comm's.
+func ranksUpTo(size int) []int {
+	ranks := make([]int, size)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	return ranks
+}
+
+// checkReduceScatter makes one reduce-scatter of elements per rank (element counts) over b, whose
+// rank i is rank ranks[i] of the job, and checks this rank's block against the reduction of
+// their inputs computed in Go, and that send is left as it was.
+func checkReduceScatter(t *testing.T, b backend.ReduceScatterer, ranks []int, ec elementCodec, op backend.ReduceOp, elements []int) {
 	t.Helper()
+	topo := b.Topology()
 	es := ec.dt.Size()
 	counts, total, first := make([]int, len(elements)), 0, 0
 	for r, n := range elements {
@@ -627,15 +666,15 @@ func checkReduceScatter(t *testing.T, topo backend.Topology, ec elementCodec, op
 	}
 	send := make([]byte, total*es)
 	for i := range total {
-		ec.encode(send[i*es:], reduceScatterInput(topo.Rank, i))
+		ec.encode(send[i*es:], reduceScatterInput(ranks[topo.Rank], i))
 	}
 	sent := slices.Clone(send)
 	recv := make([]byte, counts[topo.Rank])
-	if err := comm.ReduceScatter(send, recv, counts, ec.dt, op); err != nil {
+	if err := b.ReduceScatter(send, recv, counts, ec.dt, op); err != nil {
 		t.Fatalf("%v %v, elements %v: %v", ec.dt, op, elements, err)
 	}
 	for j := range elements[topo.Rank] {
-		got, want := ec.decode(recv[j*es:]), reduceScatterWant(topo.Size, first+j, op)
+		got, want := ec.decode(recv[j*es:]), reduceScatterWant(ranks, first+j, op)
 		if got != want {
 			t.Fatalf("%v %v, elements %v: rank %d's element %d (%d of the tensor) is %v, want %v", ec.dt, op, elements, topo.Rank, j, first+j, got, want)
 		}
@@ -655,7 +694,7 @@ func TestReduceScatter(t *testing.T) {
 		for _, op := range []backend.ReduceOp{backend.Sum, backend.Min, backend.Max, backend.Product} {
 			for _, name := range []string{"even", "uneven", "long", "empty"} {
 				before := comm.AllreduceCalls()
-				checkReduceScatter(t, topo, ec, op, cases[name])
+				checkReduceScatter(t, comm, ranksUpTo(topo.Size), ec, op, cases[name])
 				if n := comm.AllreduceCalls() - before; n != 0 {
 					t.Fatalf("%v %v, %s counts: %d MPI_Allreduce calls, want MPI_Reduce_scatter alone", ec.dt, op, name, n)
 				}
@@ -679,7 +718,7 @@ func TestReduceScatterPastMPICounts(t *testing.T) {
 	} {
 		for _, op := range []backend.ReduceOp{backend.Sum, backend.Max} {
 			before := comm.AllreduceCalls()
-			checkReduceScatter(t, topo, ec, op, elements)
+			checkReduceScatter(t, comm, ranksUpTo(topo.Size), ec, op, elements)
 			if comm.AllreduceCalls() == before {
 				t.Fatalf("elements %v past maxCount %d: reduced without Allreduce", elements, maxCount)
 			}
@@ -832,7 +871,7 @@ func TestReduceScatterOverSharedMemory(t *testing.T) {
 		}
 		for _, op := range []backend.ReduceOp{backend.Sum, backend.Max} {
 			before, reduces, scatters := comm.AllreduceCalls(), comm.SharedAllreduces(), comm.ReduceScatters()
-			checkReduceScatter(t, topo, ec, op, elements)
+			checkReduceScatter(t, comm, ranksUpTo(topo.Size), ec, op, elements)
 			if n := comm.ReduceScatters() - scatters; n != 1 {
 				t.Errorf("%v %v: ReduceScatters counted %d calls, want 1", ec.dt, op, n)
 			}
@@ -847,7 +886,7 @@ func TestReduceScatterOverSharedMemory(t *testing.T) {
 		}
 	}
 	short := slices.Repeat([]int{1 << 10}, topo.Size)
-	checkReduceScatter(t, topo, elementCodecs[0], backend.Sum, short)
+	checkReduceScatter(t, comm, ranksUpTo(topo.Size), elementCodecs[0], backend.Sum, short)
 	if got := comm.ReduceScatterPath(); got != "" {
 		t.Errorf("a sum of %d bytes, under the staging threshold: path %q", 4*topo.Size<<10, got)
 	}
