@@ -65,6 +65,20 @@ func split(t *testing.T, ranks []int) *Group {
 	if !ok {
 		t.Fatalf("Split(%v) on rank %d: %T, want a *Group", ranks, world.Rank, b)
 	}
+	// A Group is plain MPI: none of the Comm's ways that need its thread, its roll call's state
+	// or its shared memory.
+	for name, has := range map[string]bool{
+		"ThreadBound":           implements[backend.ThreadBound](b),
+		"RollCall":              implements[backend.RollCall](b),
+		"HostAllocator":         implements[backend.HostAllocator](b),
+		"PathReporter":          implements[backend.PathReporter](b),
+		"PeerProber":            implements[backend.PeerProber](b),
+		"OverlappedBroadcaster": implements[backend.OverlappedBroadcaster](b),
+	} {
+		if has {
+			t.Errorf("a Group implements backend.%s", name)
+		}
+	}
 	want := backend.Topology{Rank: at, Size: len(ranks), LocalRank: at, LocalSize: len(ranks), CrossRank: 0, CrossSize: 1}
 	got := g.Topology()
 	if world.LocalSize != world.Size {
@@ -75,6 +89,12 @@ func split(t *testing.T, ranks []int) *Group {
 		t.Errorf("Split(%v) on rank %d: %s with topology %+v, want mpi with %+v", ranks, world.Rank, g.Name(), got, want)
 	}
 	return g
+}
+
+// implements reports whether b implements the interface I.
+func implements[I any](b backend.Backend) bool {
+	_, ok := b.(I)
+	return ok
 }
 
 // closeGroup closes g and checks that a second Close, and a call after Close, are ErrClosed.
