@@ -30,6 +30,9 @@ const (
 	envStallCheckDisable = "HOROVOD_STALL_CHECK_DISABLE"
 	envStallCheckTime    = "HOROVOD_STALL_CHECK_TIME_SECONDS"
 	envStallShutdownTime = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
+	// envDynamicProcessSets lets a job add process sets after Init (AddProcessSet), as Horovod's
+	// does: a positive integer turns it on.
+	envDynamicProcessSets = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 	// envMPIWait says how a rank waits in an allgather whose parts are all small (horovod's
 	// negotiation rounds), where the rank that arrives first waits for the slowest peer's train
@@ -48,6 +51,7 @@ const (
 var horovodVariables = map[string]bool{
 	envFusionThreshold: true, envCycleTime: true, envCacheCapacity: true, envTimeline: true,
 	envStallCheckDisable: true, envStallCheckTime: true, envStallShutdownTime: true,
+	envDynamicProcessSets: true,
 }
 
 // ReadsVariable reports whether name is one of the HOROVOD_* variables ReadSettings reads;
@@ -64,6 +68,9 @@ type Settings struct {
 	StallCheck      time.Duration // 0 disables the stall warning
 	StallShutdown   time.Duration // 0 never aborts
 	MPIWait         backend.Wait  // how a rank early in a negotiation round waits (GOROVOD_MPI_WAIT)
+	// DynamicProcessSets lets the job add process sets (HOROVOD_DYNAMIC_PROCESS_SETS): MPI then
+	// runs with MPI_THREAD_MULTIPLE, since every set's negotiation runs on a goroutine of its own.
+	DynamicProcessSets bool
 }
 
 // ReadSettings reads the variables through lookup (os.LookupEnv, or the environment a launcher
@@ -110,17 +117,23 @@ func ReadSettings(lookup func(string) (string, bool)) (Settings, error) {
 	intVar(envCacheCapacity, &s.CacheCapacity)
 	durVar(envStallCheckTime, time.Second, &s.StallCheck)
 	durVar(envStallShutdownTime, time.Second, &s.StallShutdown)
-	// Horovod disables the check when strtol reads a positive integer. A value it would read as
-	// 0 without being a number ("true", "false", "yes") is refused here rather than silently
-	// keeping the check on as Horovod does: whoever wrote "true" meant to disable it.
-	if v, ok := lookup(envStallCheckDisable); ok && v != "" && err == nil {
-		n, e := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if e != nil {
-			err = fmt.Errorf("horovod: %s=%q: want an integer (Horovod disables the stall check when it is positive, so 1; true or false are not read as such)", envStallCheckDisable, v)
-		} else if n > 0 {
-			s.StallCheck, s.StallShutdown = 0, 0
+	// Horovod reads both switches with strtol, on when positive. A value it would read as 0
+	// without being a number ("true", "false", "yes") is refused here rather than silently
+	// read as off, as Horovod does: whoever wrote "true" meant on.
+	boolVar := func(name, what string) (on bool) {
+		if v, ok := lookup(name); ok && v != "" && err == nil {
+			n, e := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if e != nil {
+				err = fmt.Errorf("horovod: %s=%q: want an integer (Horovod %s when it is positive, so 1; true or false are not read as such)", name, v, what)
+			}
+			return n > 0
 		}
+		return false
 	}
+	if boolVar(envStallCheckDisable, "disables the stall check") {
+		s.StallCheck, s.StallShutdown = 0, 0
+	}
+	s.DynamicProcessSets = boolVar(envDynamicProcessSets, "allows process sets to be added")
 	if v, _ := lookup(envMPIWait); err == nil {
 		switch v {
 		case "", "sleep":
@@ -166,6 +179,10 @@ func WithTimeline(path string) Option { return func(c *config) { c.Timeline = pa
 func WithStallCheck(warn, shutdown time.Duration) Option {
 	return func(c *config) { c.StallCheck, c.StallShutdown = warn, shutdown }
 }
+
+// WithDynamicProcessSets lets the job add process sets with AddProcessSet
+// (HOROVOD_DYNAMIC_PROCESS_SETS=1; Horovod's hvd.init(process_sets="dynamic")).
+func WithDynamicProcessSets() Option { return func(c *config) { c.DynamicProcessSets = true } }
 
 // WithLogOutput sends horovod's warnings somewhere other than standard error.
 func WithLogOutput(w io.Writer) Option { return func(c *config) { c.logOutput = w } }

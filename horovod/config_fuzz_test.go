@@ -11,13 +11,14 @@ import (
 // FuzzReadSettings: any values of the variables give settings no negative count or duration
 // (a disabled stall check disables both times), or an error quoting a variable with its value.
 func FuzzReadSettings(f *testing.F) {
-	f.Add("67108864", "5", "0", "60", "120", "", "spin")
-	f.Add("-1", "0.5", "1024", "1e300", "NaN", "1", "")
-	f.Add("9223372036854775807", "Inf", "x", "-0", "9223372036.854775807", " 2 ", "sleep")
-	f.Fuzz(func(t *testing.T, fusion, cycle, cache, stallCheck, stallShutdown, disable, wait string) {
+	f.Add("67108864", "5", "0", "60", "120", "", "spin", "1")
+	f.Add("-1", "0.5", "1024", "1e300", "NaN", "1", "", "yes")
+	f.Add("9223372036854775807", "Inf", "x", "-0", "9223372036.854775807", " 2 ", "sleep", "")
+	f.Fuzz(func(t *testing.T, fusion, cycle, cache, stallCheck, stallShutdown, disable, wait, sets string) {
 		env := map[string]string{
 			envFusionThreshold: fusion, envCycleTime: cycle, envCacheCapacity: cache, envStallCheckTime: stallCheck,
 			envStallShutdownTime: stallShutdown, envStallCheckDisable: disable, envMPIWait: wait,
+			envDynamicProcessSets: sets,
 		}
 		s, err := ReadSettings(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
 		if err != nil {
@@ -34,6 +35,9 @@ func FuzzReadSettings(f *testing.F) {
 		}
 		if n, err := strconv.Atoi(strings.TrimSpace(disable)); err == nil && n > 0 && (s.StallCheck != 0 || s.StallShutdown != 0) {
 			t.Fatalf("%q: the stall check is on: %+v", env, s)
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(sets)); s.DynamicProcessSets != (err == nil && n > 0) {
+			t.Fatalf("%q: process sets %v", env, s.DynamicProcessSets)
 		}
 	})
 }

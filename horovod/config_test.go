@@ -231,3 +231,21 @@ func TestReadsVariable(t *testing.T) {
 		}
 	}
 }
+
+// HOROVOD_DYNAMIC_PROCESS_SETS allows process sets when it is a positive integer, as Horovod's
+// switch; a value that is not an integer is an error naming the variable.
+func TestDynamicProcessSetsVariable(t *testing.T) {
+	for value, want := range map[string]bool{"1": true, " 3": true, "0": false, "": false, "-1": false} {
+		s, err := ReadSettings(lookupIn(map[string]string{"HOROVOD_DYNAMIC_PROCESS_SETS": value}))
+		if err != nil || s.DynamicProcessSets != want {
+			t.Errorf("HOROVOD_DYNAMIC_PROCESS_SETS=%q: %v, %v; want %v", value, s.DynamicProcessSets, err, want)
+		}
+	}
+	_, err := ReadSettings(lookupIn(map[string]string{"HOROVOD_DYNAMIC_PROCESS_SETS": "true"}))
+	if want := `horovod: HOROVOD_DYNAMIC_PROCESS_SETS="true": want an integer (Horovod allows process sets to be added when it is positive, so 1; true or false are not read as such)`; err == nil || err.Error() != want {
+		t.Errorf("HOROVOD_DYNAMIC_PROCESS_SETS=true: %v, want %s", err, want)
+	}
+	if !ReadsVariable("HOROVOD_DYNAMIC_PROCESS_SETS") {
+		t.Error("ReadsVariable(HOROVOD_DYNAMIC_PROCESS_SETS) = false")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,9 +56,14 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 	fail := func(step string, err error) error {
 		return errors.Join(fmt.Errorf("horovod: rank %d: agreeing on Init with the other ranks (%s): %w", topo.Rank, step, err), localErr)
 	}
-	const record = 4 + 4*8 // error length, fusion threshold, cache capacity, stall check and shutdown times
+	// error length, fusion threshold, cache capacity, stall check and shutdown times, process sets
+	const record = 4 + 5*8
+	sets := uint64(0)
+	if s.DynamicProcessSets {
+		sets = 1
+	}
 	mine := binary.LittleEndian.AppendUint32(nil, uint32(len(text)))
-	for _, v := range []uint64{uint64(s.FusionThreshold), uint64(s.CacheCapacity), uint64(s.StallCheck), uint64(s.StallShutdown)} {
+	for _, v := range []uint64{uint64(s.FusionThreshold), uint64(s.CacheCapacity), uint64(s.StallCheck), uint64(s.StallShutdown), sets} {
 		mine = binary.LittleEndian.AppendUint64(mine, v)
 	}
 	records := make([]byte, record*topo.Size)
@@ -70,6 +76,18 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 	adopted = takeRankZeros(adopted, envCacheCapacity, &s.CacheCapacity, rank0(12), fuseAlike)
 	adopted = takeRankZeros(adopted, envStallCheckTime, &s.StallCheck, rank0(20), stallAlike)
 	adopted = takeRankZeros(adopted, envStallShutdownTime, &s.StallShutdown, rank0(28), stallAlike)
+	// Process sets need every rank's backend opened for them (MPI's thread level is chosen as it
+	// initializes, before this agreement): they are on where every rank has them on.
+	var without []string
+	for r := range topo.Size {
+		if binary.LittleEndian.Uint64(records[record*r+36:]) == 0 {
+			without = append(without, strconv.Itoa(r))
+		}
+	}
+	if s.DynamicProcessSets && without != nil {
+		adopted = append(adopted, fmt.Sprintf("%s is on on this rank, off on rank(s) %s: process sets are off, as they need every rank", envDynamicProcessSets, strings.Join(without, ",")))
+		s.DynamicProcessSets = false
+	}
 	counts := make([]int, topo.Size)
 	total := 0
 	for r := range counts {
