@@ -72,7 +72,7 @@ func (c *controller) execute(responses []*response) error {
 		batch := []*response{r}
 		var err error
 		c.executing = c.executing[:0]
-		if r.spec.kind != kindBarrier && r.spec.kind != kindAlltoall {
+		if r.spec.kind != kindBarrier && r.spec.kind != kindAlltoall && r.spec.kind != kindProcessSet {
 			batch = c.fuse(responses, i, used)
 		}
 		switch r.spec.kind {
@@ -92,6 +92,8 @@ func (c *controller) execute(responses []*response) error {
 			err = c.barrier(r)
 		case kindAlltoall:
 			err = c.alltoall(r)
+		case kindProcessSet:
+			err = c.addProcessSet(r)
 		}
 		if err != nil {
 			err = fmt.Errorf("horovod: rank %d: %s %q on the %s backend: %w", c.rank, r.spec.kind, r.spec.name, c.data.Name(), err)

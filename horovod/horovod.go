@@ -56,8 +56,15 @@ type Horovod struct {
 	closeErr error
 	// hostFallback logs, once, that the data backend could not lend host memory for an arena.
 	hostFallback sync.Once
-	// results is the memory of new results, recycled through Release.
-	results resultPool
+	// results is the memory of new results, recycled through Release; the job's process sets
+	// share it with the job.
+	results *resultPool
+
+	// sets are the process sets this rank is in (AddProcessSet), shut down before the job.
+	setsMu sync.Mutex
+	sets   []*Horovod
+	// members is, for a process set, its ranks in the job; nil for the job itself.
+	members []int
 
 	// workers is how many goroutines one large host-memory pass (fp16 compression, scaling,
 	// the fusion buffer's copies) may use: this process's share of the machine's cores.
@@ -88,7 +95,7 @@ func Init(opts ...Option) (*Horovod, error) {
 		}
 	}
 	shutdownIgnored := cfg.settleStallTimes()
-	h := &Horovod{topo: control.Topology(), cfg: cfg}
+	h := &Horovod{topo: control.Topology(), cfg: cfg, results: &resultPool{}}
 	h.workers = parallel.Workers(h.topo.LocalSize)
 	h.log = newLogger(cfg.logOutput, h.topo.Rank)
 	if shutdownIgnored && h.topo.Rank == 0 {
@@ -156,7 +163,7 @@ func openLauncherBackend(s Settings) (backend.Backend, error) {
 	if !ok {
 		return nil, &MissingDriverError{Launcher: l, Driver: mpiDriver, Import: mpiImport}
 	}
-	comm, err := open(backend.DriverConfig{Wait: s.MPIWait})
+	comm, err := open(backend.DriverConfig{Wait: s.MPIWait, ProcessSets: s.DynamicProcessSets})
 	if err != nil {
 		return nil, fmt.Errorf("horovod: %s started %d processes but MPI failed to initialize: %w", l.Name, l.Size, err)
 	}
@@ -217,7 +224,17 @@ func (h *Horovod) LoopStats() LoopStats {
 
 // Shutdown stops the background loop on every rank (operations still waiting fail with
 // ErrShutdown), writes the timeline and closes the backends. Later calls return the first result.
+// The job's Shutdown first shuts down the process sets this rank is in, in the order they were
+// added.
 func (h *Horovod) Shutdown() error {
-	h.shutdown.Do(func() { h.closeErr = h.ctl.shutdown() })
+	h.shutdown.Do(func() {
+		var errs []error
+		for _, set := range h.takeSets() {
+			if err := set.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("process set %v: %w", set.members, err))
+			}
+		}
+		h.closeErr = errors.Join(append(errs, h.ctl.shutdown())...)
+	})
 	return h.closeErr
 }

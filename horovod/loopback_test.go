@@ -40,6 +40,11 @@ type loopback struct {
 	// stopped, when set, holds the negotiation rounds of one rank until it is closed, as if
 	// that rank's process had been stopped (SIGSTOP) between rounds.
 	stopped atomic.Pointer[stoppedRank]
+
+	// splits are the loopbacks of the process sets split off, by the order of the Split calls
+	// (every rank makes them in the same order); splitCalls counts each rank's calls so far.
+	splits     map[int]*loopback
+	splitCalls []int
 }
 
 type stoppedRank struct {
@@ -55,8 +60,9 @@ type loopRank struct {
 }
 
 func newLoopback(size int) *loopback {
-	g := &loopback{size: size, slots: make([][]byte, size), calls: map[string]*atomic.Int64{}, aborted: make(chan int, size)}
-	for _, k := range []string{"allreduce", "broadcast", "allgatherv", "barrier"} {
+	g := &loopback{size: size, slots: make([][]byte, size), calls: map[string]*atomic.Int64{}, aborted: make(chan int, size),
+		splits: map[int]*loopback{}, splitCalls: make([]int, size)}
+	for _, k := range []string{"allreduce", "broadcast", "allgatherv", "barrier", "split"} {
 		g.calls[k] = &atomic.Int64{}
 	}
 	g.cond = sync.NewCond(&g.mu)
@@ -203,6 +209,26 @@ func (l loopRank) Abort(code int) {
 }
 
 func (l loopRank) Close() error { return nil }
+
+// Split is a rendezvous of every rank, as MPI_Comm_split is a collective of the whole
+// communicator; each member then gets its rank in a loopback of the set's own.
+func (l loopRank) Split(ranks []int) (backend.Backend, error) {
+	l.gather("split", nil)
+	g := l.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	call := g.splitCalls[l.rank]
+	g.splitCalls[l.rank]++
+	set := g.splits[call]
+	if set == nil {
+		set = newLoopback(len(ranks))
+		g.splits[call] = set
+	}
+	if i := slices.Index(ranks, l.rank); i >= 0 {
+		return loopRank{set, i}, nil
+	}
+	return nil, nil
+}
 
 // job starts size ranks over one loopback and shuts them down when the test ends.
 func job(t *testing.T, size int, opts ...Option) ([]*Horovod, *loopback) {

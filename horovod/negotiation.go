@@ -256,6 +256,12 @@ func agree(name string, e *entry, size int) *response {
 				resp.err = &Error{Op: "broadcast", Tensor: name, Reason: fmt.Sprintf("root rank %d has joined", ref.root)}
 			}
 		}
+	case kindProcessSet:
+		if !fail("process set ranks", func(s *spec) string { return fmt.Sprint(s.members) }) {
+			if joined := ranksWithout(e.specs); len(joined) > 0 {
+				resp.err = &Error{Op: "process set", Tensor: name, Reason: "every rank adds a process set, and rank(s) " + strings.Join(joined, ",") + " have joined"}
+			}
+		}
 	case kindAllgather, kindAlltoall:
 		if len(ref.shape) == 0 {
 			resp.err = &Error{Op: ref.kind.String(), Tensor: name, Reason: "a scalar has no first dimension to " + map[opKind]string{kindAllgather: "gather", kindAlltoall: "split"}[ref.kind] + " along"}
@@ -299,13 +305,7 @@ func agree(name string, e *entry, size int) *response {
 // alltoall refuses Join too) or a rank would receive more bytes than an int counts.
 func agreeAlltoall(resp *response, specs []*spec) {
 	name := resp.spec.name
-	var joined []string
-	for r, s := range specs {
-		if s == nil {
-			joined = append(joined, strconv.Itoa(r))
-		}
-	}
-	if len(joined) > 0 {
+	if joined := ranksWithout(specs); len(joined) > 0 {
 		resp.err = &Error{Op: "alltoall", Tensor: name, Reason: "alltoall does not take part in Join: rank(s) " + strings.Join(joined, ",") + " have joined"}
 		return
 	}
@@ -325,6 +325,17 @@ func agreeAlltoall(resp *response, specs []*spec) {
 			bytes += n
 		}
 	}
+}
+
+// ranksWithout lists the ranks that have not submitted an operation (they have joined).
+func ranksWithout(specs []*spec) []string {
+	var joined []string
+	for r, s := range specs {
+		if s == nil {
+			joined = append(joined, strconv.Itoa(r))
+		}
+	}
+	return joined
 }
 
 // describeByRank renders per-rank values as "A on ranks 0,2; B on rank 1" (empty values skipped).

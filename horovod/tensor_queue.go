@@ -1,6 +1,10 @@
 package horovod
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gorovod/gorovod/horovod/backend"
+)
 
 // request is one operation submitted on this rank, from submission until its result is delivered.
 type request struct {
@@ -9,9 +13,12 @@ type request struct {
 	output []byte // where the result goes; nil: allocated at execution
 	// received is an alltoall's rows from each rank, set before it completes.
 	received []int
-	result   Tensor
-	err      error
-	done     chan struct{}
+	// set is a process set's backend on this rank (nil where it is not a member), set before
+	// the request adding it completes.
+	set    backend.Backend
+	result Tensor
+	err    error
+	done   chan struct{}
 }
 
 func (r *request) complete(t Tensor, err error) {

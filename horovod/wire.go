@@ -18,6 +18,7 @@ const (
 	kindBarrier
 	kindReducescatter
 	kindAlltoall
+	kindProcessSet // adds a process set (AddProcessSet): the backend is split among its ranks
 )
 
 func (k opKind) String() string {
@@ -34,6 +35,8 @@ func (k opKind) String() string {
 		return "reducescatter"
 	case kindAlltoall:
 		return "alltoall"
+	case kindProcessSet:
+		return "process set"
 	}
 	return fmt.Sprintf("opKind(%d)", uint8(k))
 }
@@ -52,6 +55,7 @@ type spec struct {
 	group     string // "" outside a group (GroupedAllreduce and the like)
 	groupSize int
 	splits    []int // alltoall: the rows of the first dimension this rank sends to each rank
+	members   []int // process set: its ranks, ascending
 }
 
 func (s *spec) equal(o *spec) bool {
@@ -63,7 +67,7 @@ func (s *spec) equal(o *spec) bool {
 func (s *spec) sameSignature(o *spec) bool {
 	return s.name == o.name && s.kind == o.kind && s.dtype == o.dtype && slices.Equal(s.shape, o.shape) &&
 		s.op == o.op && s.prescale == o.prescale && s.postscale == o.postscale && s.root == o.root &&
-		slices.Equal(s.splits, o.splits)
+		slices.Equal(s.splits, o.splits) && slices.Equal(s.members, o.members)
 }
 
 // agreedAsIs reports whether an operation's submissions (by rank, nil where a rank has not
@@ -73,7 +77,8 @@ func (s *spec) sameSignature(o *spec) bool {
 // It spares the steady state of a training loop, where every rank submits the same cached
 // signatures round after round, from building a description of each rank's values.
 func agreedAsIs(specs []*spec, ref *spec) bool {
-	if ref.kind == kindAllgather || ref.kind == kindAlltoall || ref.kind == kindBroadcast && specs[ref.root] == nil {
+	if ref.kind == kindAllgather || ref.kind == kindAlltoall || ref.kind == kindBroadcast && specs[ref.root] == nil ||
+		ref.kind == kindProcessSet && slices.Contains(specs, nil) {
 		return false
 	}
 	for _, s := range specs {
@@ -147,10 +152,16 @@ func (m *message) encode(buf []byte) []byte {
 		buf = binary.AppendUvarint(buf, uint64(s.root))
 		buf = appendString(buf, s.group)
 		buf = binary.AppendUvarint(buf, uint64(s.groupSize))
-		buf = binary.AppendUvarint(buf, uint64(len(s.splits)))
-		for _, n := range s.splits {
-			buf = binary.AppendUvarint(buf, uint64(n))
-		}
+		buf = appendInts(buf, s.splits)
+		buf = appendInts(buf, s.members)
+	}
+	return buf
+}
+
+func appendInts(buf []byte, v []int) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(v)))
+	for _, n := range v {
+		buf = binary.AppendUvarint(buf, uint64(n))
 	}
 	return buf
 }
@@ -202,6 +213,19 @@ func (d *decoder) float64() float64 {
 	return math.Float64frombits(binary.LittleEndian.Uint64(b))
 }
 
+// ints reads what appendInts wrote: at most one value per rank of a job of size ranks.
+func (d *decoder) ints(s *spec, what string, size int) []int {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(size) {
+		d.err = fmt.Errorf("%v %q: %d %s in a job of %d ranks", s.kind, s.name, n, what, size)
+	}
+	var v []int
+	for j := uint64(0); j < n && d.err == nil; j++ {
+		v = append(v, int(d.uvarint()))
+	}
+	return v
+}
+
 // decodeMessage reads a message from a rank of a job of size ranks. It refuses what no rank
 // encodes: the controller trusts the specs it returns (it indexes the ranks by a broadcast's
 // root, and sizes buffers by shapes), so a damaged message must fail the round, not panic it.
@@ -237,13 +261,8 @@ func decodeMessage(b []byte, size int) (*message, error) {
 		s.root = int(d.uvarint())
 		s.group = string(d.take(d.uvarint()))
 		s.groupSize = int(d.uvarint())
-		splits := d.uvarint()
-		if d.err == nil && splits > uint64(size) {
-			d.err = fmt.Errorf("%v %q: %d splits in a job of %d ranks", s.kind, s.name, splits, size)
-		}
-		for j := uint64(0); j < splits && d.err == nil; j++ {
-			s.splits = append(s.splits, int(d.uvarint()))
-		}
+		s.splits = d.ints(s, "splits", size)
+		s.members = d.ints(s, "members", size)
 		if d.err == nil {
 			d.err = s.check(size)
 		}
@@ -263,6 +282,10 @@ func (s *spec) check(size int) error {
 			return fmt.Errorf("%v %q: %w", s.kind, s.name, err)
 		}
 	case kindBarrier: // no tensor
+	case kindProcessSet:
+		if err := checkMembers(s.members, size); err != nil {
+			return fmt.Errorf("%v %q: %w", s.kind, s.name, err)
+		}
 	default:
 		return fmt.Errorf("%q: unknown operation %v", s.name, s.kind)
 	}
@@ -281,6 +304,8 @@ func (s *spec) check(size int) error {
 		}
 	case len(s.splits) != 0:
 		return fmt.Errorf("%v %q: splits are an alltoall's", s.kind, s.name)
+	case len(s.members) != 0 && s.kind != kindProcessSet:
+		return fmt.Errorf("%v %q: members are a process set's", s.kind, s.name)
 	}
 	return nil
 }
@@ -300,6 +325,23 @@ func checkSplits(splits []int, rows, size int) error {
 	}
 	if left != 0 {
 		return fmt.Errorf("splits %v sum to %d rows, not the first dimension %d", splits, rows-left, rows)
+	}
+	return nil
+}
+
+// checkMembers checks a process set's ranks in a job of size ranks: at least one, ascending
+// (so distinct), each a rank of the job.
+func checkMembers(ranks []int, size int) error {
+	if len(ranks) == 0 {
+		return errors.New("a process set needs at least one rank")
+	}
+	for i, r := range ranks {
+		if r < 0 || r >= size {
+			return fmt.Errorf("ranks %v: %d is not a rank of a job of %d", ranks, r, size)
+		}
+		if i > 0 && r <= ranks[i-1] {
+			return fmt.Errorf("ranks %v are not in ascending order without repeats", ranks)
+		}
 	}
 	return nil
 }

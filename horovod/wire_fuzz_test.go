@@ -25,6 +25,7 @@ func FuzzDecodeMessage(f *testing.F) {
 			{name: "scatter", kind: kindReducescatter, dtype: Float16, shape: []int{4, 3}, op: Max, prescale: 1, postscale: 2},
 			{name: "a2a", kind: kindAlltoall, dtype: Uint8, shape: []int{6, 2}, splits: []int{1, 0, 5}},
 			{name: "barrier", kind: kindBarrier},
+			{name: "horovod.process_set", kind: kindProcessSet, members: []int{0, size - 1}},
 		}},
 	} {
 		f.Add(m.encode(nil))

@@ -1,0 +1,266 @@
+package horovod
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// addSets adds the process sets of members, in order, on every rank of hs, and returns each
+// rank's sets (nil where a rank is not a member).
+func addSets(t *testing.T, hs []*Horovod, members ...[]int) [][]*Horovod {
+	t.Helper()
+	sets := make([][]*Horovod, len(hs))
+	onEveryRank(t, hs, func(h *Horovod) error {
+		for _, m := range members {
+			set, err := h.AddProcessSet(m)
+			if err != nil {
+				return err
+			}
+			if got := set != nil; got != slices.Contains(m, h.Rank()) {
+				return fmt.Errorf("process set %v: a set on rank %d is %v", m, h.Rank(), got)
+			}
+			sets[h.Rank()] = append(sets[h.Rank()], set)
+		}
+		return nil
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	return sets
+}
+
+// A process set's collectives run among its members alone, with ranks numbered within the
+// set, while the job's collectives (under the same names) and another set's go on at the same
+// time.
+func TestProcessSetCollectives(t *testing.T) {
+	hs, _ := job(t, 3, WithDynamicProcessSets())
+	sets := addSets(t, hs, []int{0, 2}, []int{1, 2})
+	onEveryRank(t, hs, func(h *Horovod) error {
+		rank := h.Rank()
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		wg.Go(func() { errs[0] = checkSetCollectives(h, h, []int{0, 1, 2}) })
+		for i, m := range [][]int{{0, 2}, {1, 2}} {
+			if set := sets[rank][i]; set != nil {
+				wg.Go(func() { errs[i+1] = checkSetCollectives(h, set, m) })
+			}
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+}
+
+// checkSetCollectives runs every kind of collective on set (the job itself, or one of its
+// process sets, whose job ranks are members) from job rank h.Rank() and checks the results
+// against what the members, and only they, contributed.
+func checkSetCollectives(h, set *Horovod, members []int) error {
+	rank := h.Rank()
+	if set.Size() != len(members) || members[set.Rank()] != rank {
+		return fmt.Errorf("set %v on job rank %d: rank %d of %d", members, rank, set.Rank(), set.Size())
+	}
+	if got := set.ProcessSetRanks(); set != h && !slices.Equal(got, members) {
+		return fmt.Errorf("set %v: ProcessSetRanks %v", members, got)
+	}
+	where := fmt.Sprintf("set %v, job rank %d", members, rank)
+	sum := 0.0
+	for _, m := range members {
+		sum += float64(m + 1)
+	}
+	for step := range 5 {
+		x, _ := NewTensor([]int{2}, []float64{float64(rank + 1), float64(step)})
+		got, err := set.Allreduce("x", x, AllreduceOptions{Op: Sum})
+		if err != nil {
+			return fmt.Errorf("%s: allreduce: %w", where, err)
+		}
+		if v := mustValues[float64](got); v[0] != sum || v[1] != float64(step*len(members)) {
+			return fmt.Errorf("%s: allreduce step %d = %v, want [%v %v]", where, step, v, sum, step*len(members))
+		}
+	}
+	root := set.Size() - 1 // the set's last rank: job rank members[root]
+	b, _ := NewTensor([]int{1}, []int32{int32(rank)})
+	got, err := set.Broadcast("b", b, root)
+	if err != nil {
+		return fmt.Errorf("%s: broadcast: %w", where, err)
+	}
+	if v := mustValues[int32](got); v[0] != int32(members[root]) {
+		return fmt.Errorf("%s: broadcast from set rank %d = %v, want job rank %d's", where, root, v, members[root])
+	}
+	rows := make([]int32, rank+1) // job rank r gives r+1 rows of r
+	for i := range rows {
+		rows[i] = int32(rank)
+	}
+	g, _ := NewTensor([]int{rank + 1}, rows)
+	got, err = set.Allgather("g", g)
+	if err != nil {
+		return fmt.Errorf("%s: allgather: %w", where, err)
+	}
+	var want []int32
+	for _, m := range members {
+		for range m + 1 {
+			want = append(want, int32(m))
+		}
+	}
+	if v := mustValues[int32](got); !slices.Equal(v, want) {
+		return fmt.Errorf("%s: allgather = %v, want %v", where, v, want)
+	}
+	// Reducescatter: one row per member, row i holding i+1 on every rank; this rank's block is
+	// its row of the sum.
+	in := make([]float32, len(members))
+	for i := range in {
+		in[i] = float32(i + 1)
+	}
+	rs, _ := NewTensor([]int{len(members)}, in)
+	got, err = set.Reducescatter("rs", rs, ReducescatterOptions{Op: Sum})
+	if err != nil {
+		return fmt.Errorf("%s: reducescatter: %w", where, err)
+	}
+	if v := mustValues[float32](got); len(v) != 1 || v[0] != float32((set.Rank()+1)*len(members)) {
+		return fmt.Errorf("%s: reducescatter = %v, want [%d]", where, v, (set.Rank()+1)*len(members))
+	}
+	// Alltoall: a row to every member, holding this job rank.
+	out := make([]int64, len(members))
+	for i := range out {
+		out[i] = int64(rank)
+	}
+	a, _ := NewTensor([]int{len(members)}, out)
+	got, recv, err := set.Alltoall("a", a, slices.Repeat([]int{1}, len(members)))
+	if err != nil {
+		return fmt.Errorf("%s: alltoall: %w", where, err)
+	}
+	wantA := make([]int64, len(members))
+	for i, m := range members {
+		wantA[i] = int64(m)
+	}
+	if v := mustValues[int64](got); !slices.Equal(v, wantA) || !slices.Equal(recv, slices.Repeat([]int{1}, len(members))) {
+		return fmt.Errorf("%s: alltoall = %v (rows %v), want %v", where, v, recv, wantA)
+	}
+	if err := set.Barrier(); err != nil {
+		return fmt.Errorf("%s: barrier: %w", where, err)
+	}
+	return nil
+}
+
+// A set's Shutdown ends it on its members (Horovod's remove_process_set); the job goes on, and
+// the job's Shutdown ends the sets still open first.
+func TestProcessSetShutdown(t *testing.T) {
+	hs, _ := job(t, 3, WithDynamicProcessSets())
+	sets := addSets(t, hs, []int{0, 1}, []int{1, 2})
+	x := mustTensor(t, []int{1}, []float32{1})
+	onEveryRank(t, hs, func(h *Horovod) error {
+		if first := sets[h.Rank()][0]; first != nil {
+			if err := first.Shutdown(); err != nil {
+				return err
+			}
+			if _, err := first.Allreduce("x", x, AllreduceOptions{}); !errors.Is(err, ErrShutdown) {
+				return fmt.Errorf("allreduce on a set shut down: %v, want ErrShutdown", err)
+			}
+		}
+		if _, err := h.Allreduce("x", x, AllreduceOptions{}); err != nil {
+			return fmt.Errorf("the job after a set's shutdown: %w", err)
+		}
+		if err := h.Shutdown(); err != nil {
+			return err
+		}
+		if second := sets[h.Rank()][1]; second != nil {
+			if _, err := second.Allreduce("x", x, AllreduceOptions{}); !errors.Is(err, ErrShutdown) {
+				return fmt.Errorf("allreduce on a set after the job's shutdown: %v, want ErrShutdown", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Misuse fails AddProcessSet with the same error on every rank, and nothing hangs: ranks that
+// differ are caught by negotiation, a job without the setting (on any rank) and bad ranks
+// before it.
+func TestProcessSetErrors(t *testing.T) {
+	everyRankFails := func(t *testing.T, hs []*Horovod, members func(rank int) []int, want string) {
+		t.Helper()
+		errs := make([]error, len(hs))
+		var wg sync.WaitGroup
+		for r, h := range hs {
+			wg.Go(func() {
+				var set *Horovod
+				set, errs[r] = h.AddProcessSet(members(r))
+				if set != nil {
+					errs[r] = fmt.Errorf("got a set, and error %v", errs[r])
+				}
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("rank %d: %v, want an error containing %q", r, err, want)
+			}
+		}
+	}
+	t.Run("off", func(t *testing.T) {
+		hs, _ := job(t, 2)
+		everyRankFails(t, hs, func(int) []int { return []int{0} }, "process sets need HOROVOD_DYNAMIC_PROCESS_SETS=1")
+	})
+	t.Run("off on one rank", func(t *testing.T) {
+		g := newLoopback(2)
+		hs, errs := initRanks(g, func(r int) []Option {
+			if r == 0 {
+				return []Option{WithDynamicProcessSets()}
+			}
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for _, h := range hs {
+				h.Shutdown()
+			}
+		})
+		everyRankFails(t, hs, func(int) []int { return []int{0} }, "process sets need HOROVOD_DYNAMIC_PROCESS_SETS=1")
+	})
+	hs, _ := job(t, 3, WithDynamicProcessSets())
+	for _, tc := range []struct {
+		members []int
+		want    string
+	}{
+		{nil, "a process set needs at least one rank"},
+		{[]int{2, 0}, "ranks [2 0] are not in ascending order without repeats"},
+		{[]int{0, 0}, "ranks [0 0] are not in ascending order without repeats"},
+		{[]int{1, 3}, "ranks [1 3]: 3 is not a rank of a job of 3"},
+		{[]int{-1}, "ranks [-1]: -1 is not a rank of a job of 3"},
+	} {
+		everyRankFails(t, hs, func(int) []int { return tc.members }, tc.want)
+	}
+	everyRankFails(t, hs, func(r int) []int { return []int{0, max(r, 1)} },
+		`horovod: process set "horovod.process_set": mismatched process set ranks: [0 1] on ranks 0,1; [0 2] on rank 2`)
+	// The job goes on: a set added after the failures works, and adds no set of its own.
+	sets := addSets(t, hs, []int{0, 1, 2})
+	onEveryRank(t, hs, func(h *Horovod) error {
+		set := sets[h.Rank()][0]
+		if _, err := set.AddProcessSet([]int{0}); err == nil || !strings.Contains(err.Error(), "a process set adds no sets of its own") {
+			return fmt.Errorf("a set's AddProcessSet: %v", err)
+		}
+		return checkSetCollectives(h, set, []int{0, 1, 2})
+	})
+}
+
+// A rank that has joined adds no process set: the others' AddProcessSet fails, naming it.
+func TestProcessSetWithAJoinedRank(t *testing.T) {
+	hs, _ := job(t, 2, WithDynamicProcessSets())
+	var wg sync.WaitGroup
+	var joinErr error
+	wg.Go(func() { _, joinErr = hs[1].Join() })
+	_, addErr := hs[0].AddProcessSet([]int{0, 1})
+	if want := "every rank adds a process set, and rank(s) 1 have joined"; addErr == nil || !strings.Contains(addErr.Error(), want) {
+		t.Errorf("rank 0's AddProcessSet: %v, want an error containing %q", addErr, want)
+	}
+	if _, err := hs[0].Join(); err != nil {
+		t.Errorf("rank 0's Join: %v", err)
+	}
+	wg.Wait()
+	if joinErr != nil {
+		t.Errorf("rank 1's Join: %v", joinErr)
+	}
+}
