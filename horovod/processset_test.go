@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gorovod/gorovod/horovod/local"
 )
 
 // addSets adds the process sets of members, in order, on every rank of hs, and returns each
@@ -262,5 +264,21 @@ func TestProcessSetWithAJoinedRank(t *testing.T) {
 	wg.Wait()
 	if joinErr != nil {
 		t.Errorf("rank 1's Join: %v", joinErr)
+	}
+}
+
+// A job of one process (the local backend) has process sets too: the set of rank 0.
+func TestProcessSetOfALocalJob(t *testing.T) {
+	h, err := Init(WithBackend(local.Backend{}), WithDynamicProcessSets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Shutdown()
+	set, err := h.AddProcessSet([]int{0})
+	if err != nil || set == nil {
+		t.Fatalf("AddProcessSet([0]): %v, %v", set, err)
+	}
+	if err := checkSetCollectives(h, set, []int{0}); err != nil {
+		t.Error(err)
 	}
 }

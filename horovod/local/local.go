@@ -17,6 +17,7 @@ var (
 	_ backend.Backend         = Backend{}
 	_ backend.ReduceScatterer = Backend{}
 	_ backend.Alltoaller      = Backend{}
+	_ backend.Splitter        = Backend{}
 )
 
 // Name is "local".
@@ -81,3 +82,11 @@ func (Backend) Abort(code int) { os.Exit(code) }
 
 // Close has nothing to release.
 func (Backend) Close() error { return nil }
+
+// Split of the one rank there is is another job of size 1: a process set of rank 0.
+func (Backend) Split(ranks []int) (backend.Backend, error) {
+	if len(ranks) != 1 || ranks[0] != 0 {
+		return nil, fmt.Errorf("local: process set of ranks %v in a job of size 1", ranks)
+	}
+	return Backend{}, nil
+}

@@ -48,3 +48,15 @@ func TestReduceScatterAndAlltoallvMisuse(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitIsTheOneRank(t *testing.T) {
+	var b Backend
+	if set, err := b.Split([]int{0}); err != nil || set != (Backend{}) {
+		t.Errorf("Split([0]) = %v, %v", set, err)
+	}
+	for _, ranks := range [][]int{nil, {1}, {0, 1}} {
+		if set, err := b.Split(ranks); err == nil {
+			t.Errorf("Split(%v) = %v, want an error", ranks, set)
+		}
+	}
+}
