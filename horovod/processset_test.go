@@ -282,3 +282,21 @@ func TestProcessSetOfALocalJob(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A set is a job of its own to its members: a Reducer averages over the set (its ranks
+// renumbered from 0), and Join waits for the set's members alone.
+func TestProcessSetReducerAndJoin(t *testing.T) {
+	hs, _ := job(t, 3, WithDynamicProcessSets())
+	sets := addSets(t, hs, []int{1, 2})
+	onEveryRank(t, hs[1:], func(h *Horovod) error {
+		set := sets[h.Rank()][0]
+		if err := checkDeferredAverage(t, set, ReducerOptions{BackwardPassesPerStep: 2}); err != nil {
+			return err
+		}
+		last, err := set.Join()
+		if err != nil || last < 0 || last > 1 {
+			return fmt.Errorf("the set's Join: %d, %v; want a rank of the set", last, err)
+		}
+		return nil
+	})
+}

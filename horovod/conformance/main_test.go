@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 		var comm *mpi.Comm
 		var settings horovod.Settings
 		if settings, err = horovod.ReadSettings(os.LookupEnv); err == nil {
-			comm, err = mpi.Open(backend.DriverConfig{Wait: settings.MPIWait})
+			comm, err = mpi.Open(backend.DriverConfig{Wait: settings.MPIWait, ProcessSets: settings.DynamicProcessSets})
 		}
 		if err == nil {
 			world = comm
@@ -114,6 +114,9 @@ func rawReferences(comm *mpi.Comm) error {
 		return err
 	}
 	if err := rawReducescatterReferences(comm); err != nil {
+		return err
+	}
+	if err := rawProcessSetReferences(comm); err != nil {
 		return err
 	}
 	return rawAlltoallReference(comm)

@@ -105,7 +105,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	comm, err := mpi.Open(backend.DriverConfig{Wait: settings.MPIWait})
+	comm, err := mpi.Open(backend.DriverConfig{Wait: settings.MPIWait, ProcessSets: settings.DynamicProcessSets})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -59,6 +59,18 @@ static int raw_allreduce(const void *send, void *recv, int count, int dtype, int
 	return MPI_Allreduce(send, recv, count, raw_type(dtype), raw_op(op), MPI_COMM_WORLD);
 }
 
+// raw_subset_allreduce is MPI_Allreduce among the ranks that are members, on a communicator that
+// MPI_Comm_split of MPI_COMM_WORLD makes for this call alone (a collective of every rank).
+static int raw_subset_allreduce(int member, const void *send, void *recv, int count, int dtype, int op) {
+	int rank, err;
+	MPI_Comm sub;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	if ((err = MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sub)) != MPI_SUCCESS || !member) return err;
+	err = MPI_Allreduce(send, recv, count, raw_type(dtype), raw_op(op), sub);
+	MPI_Comm_free(&sub);
+	return err;
+}
+
 // raw_time runs batches of iters calls of one collective, each batch after a barrier, and returns
 // the slowest rank's best batch mean in seconds per call (the best batch filters out interference
 // from other load). kind: 0 allreduce sum from send into recv (in place when they are the same
@@ -145,6 +157,27 @@ func Allreduce(send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
 	}
 	if rc := C.raw_allreduce(unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()), C.int(dt), C.int(op)); rc != 0 {
 		return fmt.Errorf("rawmpi: MPI_Allreduce returned %d", int(rc))
+	}
+	return nil
+}
+
+// SubsetAllreduce is MPI_Allreduce(send, recv) among the ranks of MPI_COMM_WORLD that call it
+// as members, on a communicator split off for the call: the reference for a process set's
+// allreduce. Every rank calls it; recv is written on members only.
+func SubsetAllreduce(member bool, send, recv []byte, dt backend.DType, op backend.ReduceOp) error {
+	if err := supported(dt); err != nil {
+		return err
+	}
+	in, out := unsafe.Pointer(nil), unsafe.Pointer(nil)
+	if member {
+		in, out = unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0])
+	}
+	m := C.int(0)
+	if member {
+		m = 1
+	}
+	if rc := C.raw_subset_allreduce(m, in, out, C.int(len(send)/dt.Size()), C.int(dt), C.int(op)); rc != 0 {
+		return fmt.Errorf("rawmpi: MPI_Comm_split or MPI_Allreduce returned %d", int(rc))
 	}
 	return nil
 }
