@@ -14,11 +14,11 @@
 // which named operations every rank has submitted, check that they agree on dtype, shape, op and
 // root, fuse ready allreduces into buffers of up to HOROVOD_FUSION_THRESHOLD bytes (broadcasts,
 // allgathers and reducescatters into batches closed once they reach 256 KiB) and run them on the
-// backend. A background loop (one per process, as Horovod's background thread) runs the rounds,
-// except that the caller of a blocking operation that finds no round in progress runs the round
-// announcing it itself: ranks calling in step then complete without a hand-over between
-// goroutines (see LoopStats). Agreement is cached, so a steady training loop exchanges a few
-// bits per tensor per step. A disagreement fails the operation with the same error on every
+// backend. A background loop (one per process, as Horovod's background thread; one more per
+// process set) runs the rounds, except that the caller of a blocking operation that finds no
+// round in progress runs the round announcing it itself: ranks calling in step then complete
+// without a hand-over between goroutines (see LoopStats). Agreement is cached, so a steady
+// training loop exchanges a few bits per tensor per step. A disagreement fails the operation with the same error on every
 // rank, naming the tensor and the ranks; nothing hangs on it.
 //
 //	hvd, err := horovod.Init()
@@ -29,9 +29,13 @@
 //	reducer, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
 //	grads, ready, err := reducer.Reduce(namedGradients)
 //
+// Process sets (AddProcessSet) run collectives among some of the ranks, on a backend and a
+// background loop of their own, beside the job's.
+//
 // Environment (Horovod's names): HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE,
 // HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, HOROVOD_STALL_CHECK_DISABLE,
-// HOROVOD_CACHE_CAPACITY, and gorovod's GOROVOD_MPI_WAIT; see ReadSettings.
+// HOROVOD_CACHE_CAPACITY, HOROVOD_DYNAMIC_PROCESS_SETS, and gorovod's GOROVOD_MPI_WAIT; see
+// ReadSettings.
 package horovod
 
 import (

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/local"
 )
 
@@ -221,6 +222,13 @@ func TestProcessSetErrors(t *testing.T) {
 			}
 		})
 		everyRankFails(t, hs, func(int) []int { return []int{0} }, "process sets need HOROVOD_DYNAMIC_PROCESS_SETS=1")
+	})
+	t.Run("data backend", func(t *testing.T) {
+		// A data backend of its own (NCCL's adapter) has no Split: process sets run over the job's.
+		hs, _ := job(t, 2, WithDynamicProcessSets(), WithDataBackend(func(control backend.Backend) (backend.Backend, error) {
+			return struct{ backend.Backend }{control}, nil
+		}))
+		everyRankFails(t, hs, func(int) []int { return []int{0} }, "AddProcessSet: the loopback backend has no process sets")
 	})
 	hs, _ := job(t, 3, WithDynamicProcessSets())
 	for _, tc := range []struct {

@@ -58,8 +58,9 @@ test-mpi: debs
 	rm -f $(HVD_BUILD)/timeline.json
 	HOROVOD_TIMELINE=$(HVD_BUILD)/timeline.json $(HVD_MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
-	# Small fusion buffers and a nearly full negotiation cache: batches split, signatures renegotiated.
-	HOROVOD_FUSION_THRESHOLD=4096 HOROVOD_CACHE_CAPACITY=3 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
+	# Small fusion buffers and a nearly full negotiation cache: batches split, signatures renegotiated;
+	# with process sets allowed (MPI_THREAD_MULTIPLE), which TestProcessSets needs.
+	HOROVOD_FUSION_THRESHOLD=4096 HOROVOD_CACHE_CAPACITY=3 HOROVOD_DYNAMIC_PROCESS_SETS=1 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
 	# Rank 1 alone without fusion or cache (an environment set per machine): it takes rank 0's
 	# settings, or its collectives would not match the others' (MPI_ERR_TRUNCATE, wrong sums).
 	$(HVD_MPIRUN) -np 1 $(HVD_BUILD)/conformance.test $(HVD_FUSED_RUN) : \
