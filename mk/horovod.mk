@@ -87,7 +87,9 @@ test-multinode: debs tflib
 	cd $(ROOT) && $(GO) test -c -o $(HVD_BUILD)/multinode/conformance.test ./horovod/conformance
 	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/mpi.test -test.count=1
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
-	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
+	# With process sets allowed: TestProcessSets' set of ranks 0 and 2 spans both machines (TCP under
+	# MPI_THREAD_MULTIPLE beside the job's collectives).
+	$(HVD_FAKE_NODES) nodea:2,nodeb:1 $(HVD_FAKE_NODES_ENV) -x HOROVOD_DYNAMIC_PROCESS_SETS=1 $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	$(HVD_FAKE_NODES) nodea:1,nodeb:1,nodec:1 $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1
 	# Ranks dealt round-robin: local rank is not rank modulo local size.
 	$(HVD_FAKE_NODES) nodea:2,nodeb:2 --map-by node $(HVD_FAKE_NODES_ENV) $(HVD_BUILD)/multinode/conformance.test -test.count=1

@@ -126,11 +126,18 @@ func jobAllreduces() error {
 	return nil
 }
 
-// setCollectives checks a set's collectives on one of its members.
+// setCollectives checks a set's topology and collectives on one of its members.
 func setCollectives(set *horovod.Horovod, members []int) error {
 	rank := members[set.Rank()]
-	if set.Size() != len(members) || !slices.Equal(set.ProcessSetRanks(), members) {
-		return fmt.Errorf("rank %d: set rank %d of %d, ranks %v; want a set of %v", rank, set.Rank(), set.Size(), set.ProcessSetRanks(), members)
+	// The set's topology is the job's among its members: local among members on one host.
+	memberHosts := make([]string, len(members))
+	for i, m := range members {
+		memberHosts[i] = hosts[m]
+	}
+	topo := backend.Topology{Rank: set.Rank(), Size: set.Size(), LocalRank: set.LocalRank(),
+		LocalSize: set.LocalSize(), CrossRank: set.CrossRank(), CrossSize: set.CrossSize()}
+	if want := topologyOfHosts(memberHosts, slices.Index(members, rank)); topo != want || !slices.Equal(set.ProcessSetRanks(), members) {
+		return fmt.Errorf("rank %d on hosts %q: a set of %v with topology %+v, want %+v", rank, memberHosts, set.ProcessSetRanks(), topo, want)
 	}
 	for range 20 {
 		for _, c := range processSetCases {
