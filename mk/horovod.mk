@@ -102,6 +102,8 @@ bench-horovod: debs
 	@mkdir -p $(HVD_BUILD)
 	cd $(ROOT) && $(GO) build -o $(HVD_BUILD)/bench ./horovod/internal/bench
 	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
+	# A process set of ranks 0 and 2 of 3 against MPI_Allreduce on a communicator split alike.
+	HOROVOD_DYNAMIC_PROCESS_SETS=1 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/bench -only 'process set'
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep|Scale' -benchtime 10x ./horovod
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'Copy' -benchtime 10x ./horovod/internal/parallel
 

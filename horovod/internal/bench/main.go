@@ -242,6 +242,32 @@ func main() {
 		measurement{"GroupedReducescatter MiniLM's gradients sum, 105 tensors, those under 256 KiB fused", "", rawReducescatter(sizeOf(grads), ranks, bigIters), groupedReducescatter(grads, bigIters), nil},
 		measurement{"  the same, one reducescatter per tensor (fusion off)", "", rawReducescatter(sizeOf(grads), ranks, bigIters), groupedReducescatter(grads, bigIters), []horovod.Option{horovod.WithFusionThreshold(0)}},
 	)
+	// A process set of the first and the last rank (with 3 ranks, the middle one idles in the
+	// job), when the job allows process sets: the set's Allreduce against MPI_Allreduce on a
+	// communicator raw MPI splits alike. Meanwhile a rank outside the set waits in the job's
+	// Allreduce of the figures, which the members join once timed: a job operation some rank has
+	// submitted makes every rank's job loop negotiate every HOROVOD_CYCLE_TIME, which on a
+	// machine whose cores all run ranks takes CPU from the set's members (3 ranks on 2 cores:
+	// the set's 1 MiB allreduces 1.7-2x as long at 1 ms as at 20 ms). The rows run the job, and
+	// the set with it, at 20 ms (a set's members calling in step run its rounds themselves), and
+	// one row at the default.
+	if settings.DynamicProcessSets && ranks > 1 {
+		members := []int{0, ranks - 1}
+		member := slices.Contains(members, comm.Topology().Rank)
+		slowJob := []horovod.Option{horovod.WithCycleTime(20 * time.Millisecond)}
+		setRow := func(what string, size int, iters *int, opts []horovod.Option) measurement {
+			raw := func() (float64, error) {
+				return rawmpi.TimeSubsetAllreduce(member, ones(size), make([]byte, size), backend.Float32, *batches, *iters)
+			}
+			return measurement{what, "", raw, processSetAllreduce(members, size, iters), opts}
+		}
+		ms = append(ms,
+			setRow(fmt.Sprintf("process set of ranks %v: Allreduce into a reused Output 4 KiB sum", members), small, smallIters, slowJob),
+			setRow("  the process set, 1 MiB sum", mid, midIters, slowJob),
+			setRow("  the process set, 64 MiB sum", big, bigIters, slowJob),
+			setRow("  the process set, 1 MiB sum, the job's cycle time 1 ms", mid, midIters, nil),
+		)
+	}
 	if *network {
 		ms = append(miniLMRows, bigRow, latencyRow)
 	} else {
@@ -395,13 +421,42 @@ func timeCalls(hvd *horovod.Horovod, iters int, call func() error) float64 {
 		}
 		best[0] = min(best[0], time.Since(start).Seconds()/float64(iters))
 	}
-	t, _ := horovod.NewTensor(nil, best)
-	slowest, err := hvd.Allreduce("bench/time", t, horovod.AllreduceOptions{Op: horovod.Max})
+	return slowest(hvd, best[0])
+}
+
+// slowest is the largest of every rank's t, on every rank.
+func slowest(hvd *horovod.Horovod, t float64) float64 {
+	x, _ := horovod.NewTensor(nil, []float64{t})
+	most, err := hvd.Allreduce("bench/time", x, horovod.AllreduceOptions{Op: horovod.Max})
 	if err != nil {
 		log.Fatal(err)
 	}
-	v, _ := horovod.Values[float64](slowest)
+	v, _ := horovod.Values[float64](most)
 	return v[0]
+}
+
+// processSetAllreduce times Allreduce sums of size bytes into a reused Output in a process set
+// of members, added for the row: the slowest member's figure, on every rank of the job.
+func processSetAllreduce(members []int, size int, iters *int) func(*horovod.Horovod) float64 {
+	t := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: ones(size)}
+	o := horovod.AllreduceOptions{Op: horovod.Sum, Output: make([]byte, size)}
+	return func(h *horovod.Horovod) float64 {
+		set, err := h.AddProcessSet(members)
+		if err != nil {
+			log.Fatal(err)
+		}
+		mine := 0.0
+		if set != nil {
+			mine = timeCalls(set, *iters, func() error {
+				_, err := set.Allreduce("t", t, o)
+				return err
+			})
+			if err := set.Shutdown(); err != nil {
+				log.Fatal(err)
+			}
+		}
+		return slowest(h, mine)
+	}
 }
 
 // miniLMGradients are the gradients of finetune's default model (gradshapes.MiniLM), each

@@ -80,9 +80,9 @@ static int raw_subset_allreduce(int member, const void *send, void *recv, int co
 // broadcast of count bytes of recv from rank 0; 4 reduce-scatter sum (MPI_Reduce_scatter) of size
 // blocks of count elements from send, this rank's block into recv; 5 the same, then every float
 // of recv multiplied by 1/size; 6 all-to-all (MPI_Alltoall) of count bytes to and from every rank.
-static double raw_time(int kind, void *send, void *recv, int count, int dtype, int chunk, int batches, int iters) {
+static double raw_time_on(MPI_Comm comm, int kind, void *send, void *recv, int count, int dtype, int chunk, int batches, int iters) {
 	int inplace = send == recv, size, esize = 1;
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	MPI_Comm_size(comm, &size);
 	if (kind <= 1) MPI_Type_size(raw_type(dtype), &esize);
 	if (chunk <= 0 || chunk > count) chunk = count;
 	// MPI_Reduce_scatter's counts, equal blocks, made before the clock starts.
@@ -90,7 +90,7 @@ static double raw_time(int kind, void *send, void *recv, int count, int dtype, i
 	for (int r = 0; r < size; r++) counts[r] = count;
 	double best = 1e300;
 	for (int b = 0; b < batches; b++) {
-		MPI_Barrier(MPI_COMM_WORLD);
+		MPI_Barrier(comm);
 		double t0 = MPI_Wtime();
 		for (int i = 0; i < iters; i++) {
 			switch (kind) {
@@ -99,7 +99,7 @@ static double raw_time(int kind, void *send, void *recv, int count, int dtype, i
 				for (int off = 0; off < count; off += chunk) {
 					int n = count - off < chunk ? count - off : chunk;
 					char *r = (char *)recv + (size_t)off * esize;
-					MPI_Allreduce(inplace ? MPI_IN_PLACE : (char *)send + (size_t)off * esize, r, n, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+					MPI_Allreduce(inplace ? MPI_IN_PLACE : (char *)send + (size_t)off * esize, r, n, raw_type(dtype), MPI_SUM, comm);
 				}
 				if (kind == 1) {
 					float *v = recv, f = 1.0f / size;
@@ -107,21 +107,21 @@ static double raw_time(int kind, void *send, void *recv, int count, int dtype, i
 				}
 				break;
 			case 2:
-				MPI_Allgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, MPI_COMM_WORLD);
+				MPI_Allgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, comm);
 				break;
 			case 3:
-				MPI_Bcast(recv, count, MPI_BYTE, 0, MPI_COMM_WORLD);
+				MPI_Bcast(recv, count, MPI_BYTE, 0, comm);
 				break;
 			case 4:
 			case 5:
-				MPI_Reduce_scatter(send, recv, counts, raw_type(dtype), MPI_SUM, MPI_COMM_WORLD);
+				MPI_Reduce_scatter(send, recv, counts, raw_type(dtype), MPI_SUM, comm);
 				if (kind == 5) {
 					float *v = recv, f = 1.0f / size;
 					for (int j = 0; j < count; j++) v[j] *= f;
 				}
 				break;
 			case 6:
-				MPI_Alltoall(send, count, MPI_BYTE, recv, count, MPI_BYTE, MPI_COMM_WORLD);
+				MPI_Alltoall(send, count, MPI_BYTE, recv, count, MPI_BYTE, comm);
 				break;
 			}
 		}
@@ -130,13 +130,35 @@ static double raw_time(int kind, void *send, void *recv, int count, int dtype, i
 	}
 	free(counts);
 	double slowest = best;
-	MPI_Allreduce(&best, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	MPI_Allreduce(&best, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+	return slowest;
+}
+
+static double raw_time(int kind, void *send, void *recv, int count, int dtype, int chunk, int batches, int iters) {
+	return raw_time_on(MPI_COMM_WORLD, kind, send, recv, count, dtype, chunk, batches, iters);
+}
+
+// raw_time_subset is raw_time among the ranks that are members, on a communicator MPI_Comm_split
+// makes of MPI_COMM_WORLD for it (a collective of every rank): the slowest member's figure, on
+// every rank; -1 when the split fails.
+static double raw_time_subset(int member, int kind, void *send, void *recv, int count, int dtype, int batches, int iters) {
+	int rank;
+	MPI_Comm sub;
+	double t = 0, slowest = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	if (MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sub) != MPI_SUCCESS) return -1;
+	if (member) {
+		t = raw_time_on(sub, kind, send, recv, count, dtype, 0, batches, iters);
+		MPI_Comm_free(&sub);
+	}
+	MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 	return slowest;
 }
 */
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -302,6 +324,27 @@ func TimeAllreduce(send, recv []byte, dt backend.DType, average bool, chunk, bat
 	}
 	return float64(C.raw_time(C.int(kind), unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()),
 		C.int(dt), C.int(chunk/dt.Size()), C.int(batches), C.int(iters))), nil
+}
+
+// TimeSubsetAllreduce is TimeAllreduce (a sum out of place, one call) among the ranks of
+// MPI_COMM_WORLD that call it as members, on a communicator split off for it: the reference for
+// a process set's allreduce. Every rank calls it and gets the slowest member's figure.
+func TimeSubsetAllreduce(member bool, send, recv []byte, dt backend.DType, batches, iters int) (float64, error) {
+	if err := supported(dt); err != nil {
+		return 0, err
+	}
+	if len(send) != len(recv) || len(send) == 0 {
+		return 0, fmt.Errorf("rawmpi: timing an allreduce of %d bytes into %d", len(send), len(recv))
+	}
+	m := C.int(0)
+	if member {
+		m = 1
+	}
+	t := float64(C.raw_time_subset(m, 0, unsafe.Pointer(&send[0]), unsafe.Pointer(&recv[0]), C.int(len(send)/dt.Size()), C.int(dt), C.int(batches), C.int(iters)))
+	if t < 0 {
+		return 0, errors.New("rawmpi: MPI_Comm_split failed")
+	}
+	return t, nil
 }
 
 // TimeAllgather is TimeAllreduce for MPI_Allgather of send (the same length on every rank) into
