@@ -386,37 +386,7 @@ func TestGroupNegotiationSleeps(t *testing.T) {
 	// The group's calls run on this goroutine's thread: measure that one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	const late = 200 * time.Millisecond
-	for _, wait := range []backend.Wait{backend.WaitSleep, backend.WaitSpin} {
-		g.wait = wait
-		for _, part := range []int{16, SleepingWaitMaxPart, SleepingWaitMaxPart + 1} {
-			counts := slices.Repeat([]int{part}, topo.Size)
-			var want []byte
-			for r := range counts {
-				want = append(want, bytes.Repeat([]byte{byte(r + 1)}, part)...)
-			}
-			send := bytes.Repeat([]byte{byte(topo.Rank + 1)}, part)
-			recv := make([]byte, len(want))
-			if topo.Rank == topo.Size-1 {
-				time.Sleep(late)
-			}
-			cpu0, wall0 := threadCPUHere(t), time.Now()
-			if err := g.NegotiationAllgatherv(send, recv, counts); err != nil {
-				t.Fatal(err)
-			}
-			cpu, wall := threadCPUHere(t)-cpu0, time.Since(wall0)
-			if !bytes.Equal(recv, want) {
-				t.Fatalf("wait %v, parts of %d bytes: gathered the wrong bytes", wait, part)
-			}
-			if topo.Rank == topo.Size-1 || wall < late/2 {
-				continue // not the one waiting (or the late rank was not late for this one)
-			}
-			t.Logf("wait %v, parts of %d bytes: waited %v using %v of CPU", wait, part, wall.Round(time.Millisecond), cpu.Round(time.Microsecond))
-			if wait == backend.WaitSleep && part <= SleepingWaitMaxPart && cpu > wall/4 {
-				t.Errorf("parts of %d bytes: waiting %v for a late peer used %v of CPU: the wait polls", part, wall, cpu)
-			}
-		}
-	}
+	checkLatePeer(t, topo, func(w backend.Wait) { g.wait = w }, g.NegotiationAllgatherv, threadCPUHere)
 }
 
 // TestGroupsRunAlongsideTheComm: on every rank the Comm, driven as horovod drives it (its calls

@@ -461,9 +461,18 @@ func TestNegotiationAllgathervWithALatePeer(t *testing.T) {
 		t.Skip("needs a peer")
 	}
 	defer func(w backend.Wait) { comm.wait = w }(comm.wait)
+	checkLatePeer(t, topo, func(w backend.Wait) { comm.wait = w }, comm.NegotiationAllgatherv, threadCPU)
+}
+
+// checkLatePeer gathers with gather, under each wait set with setWait, while the last rank
+// arrives late: the right bytes every time, and where the wait sleeps (WaitSleep, parts up to
+// SleepingWaitMaxPart) the waiting ranks' MPI calls leave the core alone, by cpu, the CPU time
+// of the thread making them.
+func checkLatePeer(t *testing.T, topo backend.Topology, setWait func(backend.Wait), gather func(send, recv []byte, counts []int) error, cpu func(*testing.T) time.Duration) {
+	t.Helper()
 	const late = 200 * time.Millisecond
 	for _, wait := range []backend.Wait{backend.WaitSleep, backend.WaitSpin} {
-		comm.wait = wait
+		setWait(wait)
 		for _, part := range []int{16, SleepingWaitMaxPart, SleepingWaitMaxPart + 1} {
 			counts := slices.Repeat([]int{part}, topo.Size)
 			var want []byte
@@ -475,22 +484,22 @@ func TestNegotiationAllgathervWithALatePeer(t *testing.T) {
 			if topo.Rank == topo.Size-1 {
 				time.Sleep(late)
 			}
-			cpu0, wall0 := threadCPU(t), time.Now()
-			if err := comm.NegotiationAllgatherv(send, recv, counts); err != nil {
+			cpu0, wall0 := cpu(t), time.Now()
+			if err := gather(send, recv, counts); err != nil {
 				t.Fatal(err)
 			}
-			cpu, wall := threadCPU(t)-cpu0, time.Since(wall0)
+			used, wall := cpu(t)-cpu0, time.Since(wall0)
 			if !bytes.Equal(recv, want) {
 				t.Fatalf("wait %v, parts of %d bytes: gathered the wrong bytes", wait, part)
 			}
 			if topo.Rank == topo.Size-1 || wall < late/2 {
 				continue // not the one waiting (or the late rank was not late for this one)
 			}
-			t.Logf("wait %v, parts of %d bytes: waited %v using %v of CPU", wait, part, wall.Round(time.Millisecond), cpu.Round(time.Microsecond))
+			t.Logf("wait %v, parts of %d bytes: waited %v using %v of CPU", wait, part, wall.Round(time.Millisecond), used.Round(time.Microsecond))
 			// Polling takes all the CPU time the scheduler grants; the sleeping wait takes a few
 			// microseconds per test, at most 2 tests per millisecond once its sleeps reach 0.5 ms.
-			if wait == backend.WaitSleep && part <= SleepingWaitMaxPart && cpu > wall/4 {
-				t.Errorf("parts of %d bytes: waiting %v for a late peer used %v of CPU: the wait polls", part, wall, cpu)
+			if wait == backend.WaitSleep && part <= SleepingWaitMaxPart && used > wall/4 {
+				t.Errorf("parts of %d bytes: waiting %v for a late peer used %v of CPU: the wait polls", part, wall, used)
 			}
 		}
 	}
