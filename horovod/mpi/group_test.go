@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -366,11 +365,11 @@ func TestGroupMisuseIsAnErrorBeforeMPI(t *testing.T) {
 // threadCPUHere is the CPU time the calling thread has used so far; the caller is locked to it.
 func threadCPUHere(t *testing.T) time.Duration {
 	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_THREAD, &ru); err != nil {
+	used, err := threadTime()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return used
 }
 
 // TestGroupNegotiationSleeps: a member early in a group's negotiation round waits for a late

@@ -441,15 +441,22 @@ func TestMisuseIsAnErrorBeforeMPI(t *testing.T) {
 // threadCPU is the CPU time the MPI thread has used so far.
 func threadCPU(t *testing.T) time.Duration {
 	t.Helper()
-	var ru syscall.Rusage
+	var used time.Duration
 	var err error
-	if derr := comm.Do(func() { err = syscall.Getrusage(syscall.RUSAGE_THREAD, &ru) }); derr != nil {
+	if derr := comm.Do(func() { used, err = threadTime() }); derr != nil {
 		t.Fatal(derr)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return used
+}
+
+// threadTime is the CPU time the calling thread has used so far.
+func threadTime() (time.Duration, error) {
+	var ru syscall.Rusage
+	err := syscall.Getrusage(syscall.RUSAGE_THREAD, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), err
 }
 
 // TestNegotiationAllgathervWithALatePeer gathers while the last rank arrives late, as a negotiation round
