@@ -6,7 +6,8 @@
 #                    then prints in one run, for raw MPI, Horovod and gorovod: allreduce (Sum,
 #                    Average, Average with fp16 compression) from 4 KiB to 256 MiB, allgather,
 #                    broadcast, reducescatter (Sum, Average), alltoall (even splits) and a grouped
-#                    reducescatter of 64 tensors, on 2 and 3 ranks (scripts/bench_peer: Horovod's
+#                    reducescatter of 64 tensors, an allreduce in a process set of the first and
+#                    last rank (a run of its own on each side), on 2 and 3 ranks (scripts/bench_peer: Horovod's
 #                    side under mpirun, and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer);
 #                    then fine-tuning MiniLM at 1 and 2 ranks, gorovod's finetune against the
 #                    exporter's model under Horovod (DistributedGradientTape), at Horovod's
@@ -60,6 +61,8 @@ bench-peer: peer-horovod setup data finetune-bin
 	for np in $(PEER_RANKS); do \
 	  $(PEER_MPIRUN) -np $$np $(PEER_DIR)/bench -peer $(PEER_SIZES) > $(PEER_DIR)/gorovod-$$np.tsv; \
 	  $(PEER_MPIRUN) -np $$np $(PEER_PY) $(ROOT)/scripts/bench_peer/horovod_collectives.py $(PEER_SIZES) > $(PEER_DIR)/horovod-$$np.tsv; \
+	  HOROVOD_DYNAMIC_PROCESS_SETS=1 $(PEER_MPIRUN) -np $$np $(PEER_DIR)/bench -peer $(PEER_SIZES) -only process_set >> $(PEER_DIR)/gorovod-$$np.tsv; \
+	  $(PEER_MPIRUN) -np $$np $(PEER_PY) $(ROOT)/scripts/bench_peer/horovod_collectives.py $(PEER_SIZES) --process-sets >> $(PEER_DIR)/horovod-$$np.tsv; \
 	  $(PEER_PY) $(ROOT)/scripts/bench_peer/table.py $$np $(PEER_DIR)/gorovod-$$np.tsv $(PEER_DIR)/horovod-$$np.tsv; \
 	done
 	cd $(ROOT) && $(PY) scripts/bench_peer/finetune.py --finetune $(FINETUNE_BIN) --bench $(PEER_DIR)/bench \

@@ -8,7 +8,10 @@ For every size (bytes per rank, float32): allreduce Sum, Average, Average with f
 allgather (every rank sends the size), broadcast from rank 0, reducescatter Sum and Average,
 alltoall with even splits, each through horovod.tensorflow in eager mode, one tensor per call, a
 new result per call, and grouped_reducescatter Sum and grouped_allgather of the size in 64
-tensors as one group.
+tensors as one group. With --process-sets, instead: allreduce Sum in a process set of the
+first and the last rank (Horovod initialized with that set, hvd.init(process_sets=...); on 2
+ranks, its global set, since it refuses a second set of every rank), a run of its own, since
+every set costs Horovod's background loop a negotiation per cycle.
 Reducescatter's and alltoall's tensor splits its one dimension in equal blocks, one per rank: the
 size's first elements that are a multiple of the ranks, as gorovod's bench and raw MPI take them
 (a grouped reducescatter's 64 tensors each so; a grouped allgather's too). Timed as gorovod's bench times its calls: one warm-up call, then
@@ -28,6 +31,10 @@ import horovod.tensorflow as hvd  # noqa: E402
 
 COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
                "reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum", "grouped_allgather"]
+
+# SET_COLLECTIVES run with --process-sets only, as gorovod's bench runs them with
+# HOROVOD_DYNAMIC_PROCESS_SETS=1 only.
+SET_COLLECTIVES = ["process_set_allreduce_sum"]
 
 # GROUP is how many tensors of equal size a grouped row splits its bytes into.
 GROUP = 64
@@ -67,14 +74,42 @@ def timed(call, batches, iters):
     return float(slowest.numpy()[0])
 
 
+def timed_in_set(call, ps, batches, iters):
+    """timed() among the members of process set ps; the slowest member's figure on every rank."""
+    best = 0.0
+    if ps.included():
+        call()
+        best = float("inf")
+        for _ in range(batches):
+            hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="bench.set.barrier", process_set=ps)
+            start = time.perf_counter()
+            for _ in range(iters):
+                call()
+            best = min(best, (time.perf_counter() - start) / iters)
+    slowest = hvd.allreduce(tf.constant([best], tf.float64), op=hvd.Max, name="bench.time")
+    return float(slowest.numpy()[0])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", help="comma-separated bytes per rank, with K or M (e.g. 4K,1M,64M)")
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--only", default="", help="only the collectives whose name matches this regular expression "
                     "(as the Go bench's -only)")
+    ap.add_argument("--process-sets", action="store_true",
+                    help="the process-set rows instead of the others (Horovod initialized with the set)")
     args = ap.parse_args()
-    hvd.init()
+    ps = None
+    members = sorted({0, int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) - 1})
+    if args.process_sets and len(members) < int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")):
+        ps = hvd.ProcessSet(members)
+        hvd.init(process_sets=[ps])
+    else:
+        hvd.init()
+        if args.process_sets:
+            # The set is the whole job, which Horovod refuses as a second set of the same ranks
+            # ("mismatching numbers of process sets"): its global set is that set.
+            ps = hvd.global_process_set
     rows = []
     for size in parse_sizes(args.sizes):
         x = tf.zeros([size // 4], tf.float32)
@@ -92,11 +127,15 @@ def main():
             "alltoall": lambda: hvd.alltoall(xs, name="t"),
             "grouped_reducescatter_sum": lambda: hvd.grouped_reducescatter(parts, op=hvd.Sum),
             "grouped_allgather": lambda: hvd.grouped_allgather(parts, name="g"),
+            "process_set_allreduce_sum": lambda: hvd.allreduce(x, op=hvd.Sum, name="t", process_set=ps),
         }
-        for what in COLLECTIVES:
+        for what in SET_COLLECTIVES if ps else COLLECTIVES:
             if args.only and not re.search(args.only, what):
                 continue
-            rows.append((what, size, timed(calls[what], args.batches, iters_for(size))))
+            if ps:
+                rows.append((what, size, timed_in_set(calls[what], ps, args.batches, iters_for(size))))
+            else:
+                rows.append((what, size, timed(calls[what], args.batches, iters_for(size))))
     if hvd.rank() == 0:
         for what, size, secs in rows:
             print(f"horovod\t{what}\t{size}\t{secs:.9f}", flush=True)

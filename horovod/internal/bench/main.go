@@ -45,7 +45,7 @@ var (
 	bigIters   = flag.Int("big-iters", 3, "allreduces of the 64 MiB buffer per batch")
 	midIters   = flag.Int("mid-iters", 50, "allreduces of the 1 MiB buffer per batch")
 	cpuProfile = flag.String("cpuprofile", "", "write rank 0's CPU profile of the timed rows to this file")
-	peer       = flag.String("peer", "", "instead of the table, time `make bench-peer`'s collectives at these sizes (e.g. 4K,1M,64M) and print them tab-separated")
+	peer       = flag.String("peer", "", "instead of the table, time `make bench-peer`'s collectives at these sizes (e.g. 4K,1M,64M) and print them tab-separated (the process-set rows with HOROVOD_DYNAMIC_PROCESS_SETS=1 only)")
 	peerVars   = flag.Bool("peer-variables", false, "instead of the table, time BroadcastVariables of MiniLM's variables against one MPI_Bcast of their bytes, printed as -peer prints")
 	only       = flag.String("only", "", "run only the rows whose description (with -peer: the collective's name) matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
@@ -117,7 +117,7 @@ func main() {
 			if err != nil {
 				log.Fatal(err)
 			}
-			runPeer(comm, sizes)
+			runPeer(comm, sizes, settings.DynamicProcessSets)
 		}
 		if err := comm.Close(); err != nil {
 			log.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"log"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,11 @@ import (
 // them; scripts/bench_peer/horovod_collectives.py times the same calls of Horovod's.
 var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
 	"reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum", "grouped_allgather"}
+
+// peerSetCollectives are the rows of `make bench-peer` that run in a job allowing process sets
+// (HOROVOD_DYNAMIC_PROCESS_SETS=1), a run of their own: a process set of the first and the last
+// rank, added for the row (Horovod's side: initialized with it).
+var peerSetCollectives = []string{"process_set_allreduce_sum"}
 
 // peerGroup is how many tensors of equal size the grouped rows split their bytes into, as
 // scripts/bench_peer's GROUP.
@@ -55,20 +61,24 @@ func peerIters(size int) int { return max(1, min(300, (64<<20)/size)) }
 // rank 0 prints one tab-separated line per figure:
 // implementation, collective, bytes per rank, seconds per call (the slowest rank's best batch).
 // With -only, only the collectives whose name matches it.
-func runPeer(comm *mpi.Comm, sizes []int) {
+func runPeer(comm *mpi.Comm, sizes []int, processSets bool) {
 	collectives := peerCollectives
+	if processSets {
+		collectives = append(slices.Clone(peerCollectives), peerSetCollectives...)
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
 			log.Fatal(err)
 		}
-		collectives = nil
-		for _, what := range peerCollectives {
-			if re.MatchString(what) {
-				collectives = append(collectives, what)
-			}
-		}
+		collectives = slices.DeleteFunc(collectives, func(what string) bool { return !re.MatchString(what) })
 	}
+	ranks := comm.Topology().Size
+	setMembers := []int{0, ranks - 1}
+	if ranks == 1 {
+		setMembers = []int{0}
+	}
+	member := slices.Contains(setMembers, comm.Topology().Rank)
 	type row struct {
 		impl, what string
 		size       int
@@ -87,7 +97,6 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 		// Reducescatter and Alltoall split the first dimension in equal blocks, one per rank, as
 		// raw MPI's equal counts do: their tensor is x's first elements, a multiple of the ranks
 		// (at most ranks-1 elements short of size where size/4 does not divide).
-		ranks := comm.Topology().Size
 		xs := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4 / ranks * ranks}}
 		xs.Data = x.Data[:xs.Shape[0]*4]
 		// A grouped row's peerGroup tensors, each split so (for a reducescatter), back to back in x.
@@ -119,6 +128,10 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 			case "grouped_allgather": // one MPI_Allgather of all the group's bytes
 				all := x.Data[:peerGroup*part*4]
 				comm.Do(func() { raw, err = rawmpi.TimeAllgather(all, out[:len(all)*ranks], *batches, iters) })
+			case "process_set_allreduce_sum": // MPI_Allreduce on a communicator split alike
+				comm.Do(func() {
+					raw, err = rawmpi.TimeSubsetAllreduce(member, x.Data, out[:size], horovod.Float32, *batches, iters)
+				})
 			case "grouped_reducescatter_sum": // one MPI_Reduce_scatter of all the group's bytes
 				all := x.Data[:peerGroup*part*4]
 				comm.Do(func() {
@@ -141,6 +154,15 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 				log.Fatal(err)
 			}
 			rank = hvd.Rank()
+			if what == "process_set_allreduce_sum" {
+				for _, impl := range []string{"gorovod", "gorovod_released", "gorovod_reused"} {
+					rows = append(rows, row{impl, what, size, setAllreduce(hvd, setMembers, x, out[:size], impl, iters)})
+				}
+				if err := hvd.Shutdown(); err != nil {
+					log.Fatal(err)
+				}
+				continue
+			}
 			// call makes one call into a new result; with release set it gives the result back
 			// (Release), as dropping a TensorFlow tensor gives Horovod's output to TF's allocator.
 			var call func(release bool) error
@@ -226,6 +248,31 @@ func runPeer(comm *mpi.Comm, sizes []int) {
 			fmt.Printf("%s\t%s\t%d\t%.9f\n", r.impl, r.what, r.size, r.secs)
 		}
 	}
+}
+
+// setAllreduce times Allreduce sums of x in a process set of members, added for the call, as
+// impl says: into a new result left to the collector ("gorovod"), given back with Release
+// ("gorovod_released"), or into out ("gorovod_reused"); the slowest member's figure, on every
+// rank of the job.
+func setAllreduce(hvd *horovod.Horovod, members []int, x horovod.Tensor, out []byte, impl string, iters int) float64 {
+	set, err := hvd.AddProcessSet(members)
+	if err != nil {
+		log.Fatal(err)
+	}
+	mine := 0.0
+	if set != nil {
+		o := horovod.AllreduceOptions{Op: horovod.Sum}
+		if impl == "gorovod_reused" {
+			o.Output = out
+		}
+		mine = timeCalls(set, iters, func() error {
+			return released(set, impl == "gorovod_released")(set.Allreduce("t", x, o))
+		})
+		if err := set.Shutdown(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return slowest(hvd, mine)
 }
 
 // runPeerVariables times the initial broadcast of finetune's default model: BroadcastVariables
