@@ -204,7 +204,7 @@ func (t *timeline) close() error {
 	return nil
 }
 
-func upper(k opKind) string { return strings.ToUpper(k.String()) }
+func upper(k opKind) string { return strings.ToUpper(strings.ReplaceAll(k.String(), " ", "_")) }
 
 // backendPhase names the wire phase of an operation as Horovod's timeline does: MPI_ALLREDUCE,
 // NCCL_ALLGATHER, and for broadcast the collective's own name, MPI_BCAST or NCCL_BCAST (while the

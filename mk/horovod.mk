@@ -56,7 +56,8 @@ test-mpi: debs
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/mpi.test -test.count=1
 	GOROVOD_MPI_TEST_PROCESS_SETS=1 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/mpi.test -test.count=1
 	rm -f $(HVD_BUILD)/timeline.json
-	HOROVOD_TIMELINE=$(HVD_BUILD)/timeline.json $(HVD_MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1
+	# A timeline, with process sets allowed: adding one is in it.
+	HOROVOD_TIMELINE=$(HVD_BUILD)/timeline.json HOROVOD_DYNAMIC_PROCESS_SETS=1 $(HVD_MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1
 	$(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1
 	# Small fusion buffers and a nearly full negotiation cache: batches split, signatures renegotiated;
 	# with process sets allowed (MPI_THREAD_MULTIPLE), which TestProcessSets needs.

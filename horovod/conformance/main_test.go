@@ -198,6 +198,10 @@ func checkTimeline(path string) error {
 		// The large allreduce and broadcast tests' tensors go over the MPI backend's shared memory.
 		want = append(want, "SHM_ALLREDUCE", "SHM_BCAST", "SHM_ALLGATHER")
 	}
+	if processSetsOn() {
+		// TestProcessSets' AddProcessSet: the job's operation (the set's own write no timeline).
+		want = append(want, "NEGOTIATE_PROCESS_SET", "PROCESS_SET")
+	}
 	var missing []string
 	for _, p := range want {
 		if !seen[p] {
