@@ -9,7 +9,8 @@
 // operation running the round itself), never from two at once, and every rank calls the same
 // collectives in the same order with matching arguments (negotiation guarantees that before any
 // data collective is issued). Implementations therefore need no locking of their own and may
-// assume matching calls on every rank.
+// assume matching calls on every rank. A process set's backend (Splitter) is a Backend of its
+// own, driven so by its own goroutine, at the same time as the one it was split from.
 //
 // All buffers are host memory. A GPU backend stages them to and from the device itself.
 package backend
