@@ -33,6 +33,7 @@ type loopback struct {
 	aborted chan int
 
 	failAllreduce atomic.Bool // the next data allreduce fails on every rank
+	cannotSplit   atomic.Bool // Split refuses on every rank, as a backend opened without process sets
 
 	record   atomic.Bool
 	gathered atomic.Int64 // negotiation message bytes rank 0 sent while record is set
@@ -213,6 +214,9 @@ func (l loopRank) Close() error { return nil }
 // Split is a rendezvous of every rank, as MPI_Comm_split is a collective of the whole
 // communicator; each member then gets its rank in a loopback of the set's own.
 func (l loopRank) Split(ranks []int) (backend.Backend, error) {
+	if l.g.cannotSplit.Load() {
+		return nil, fmt.Errorf("loopback: %w", backend.ErrCannotSplit)
+	}
 	l.gather("split", nil)
 	g := l.g
 	g.mu.Lock()

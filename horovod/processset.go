@@ -85,10 +85,18 @@ func (c *controller) addProcessSet(r *response) error {
 		return fmt.Errorf("the %s backend has no process sets", c.data.Name())
 	}
 	var set backend.Backend
-	if err := c.busy("process set split", func() (err error) {
+	err := c.busy("process set split", func() (err error) {
 		set, err = splitter.Split(r.spec.members)
 		return err
-	}); err != nil {
+	})
+	if errors.Is(err, backend.ErrCannotSplit) {
+		// Every rank refused alike, before any collective: the job goes on without the set.
+		if req != nil {
+			req.complete(Tensor{}, &Error{Op: "process set", Tensor: r.spec.name, Reason: err.Error()})
+		}
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	if req == nil {

@@ -230,6 +230,16 @@ func TestProcessSetErrors(t *testing.T) {
 		}))
 		everyRankFails(t, hs, func(int) []int { return []int{0} }, "AddProcessSet: the loopback backend has no process sets")
 	})
+	t.Run("backend cannot split", func(t *testing.T) {
+		// The setting on, but the backend opened without it (WithBackend): every rank's Split
+		// refuses before any collective, AddProcessSet fails alike, and the job goes on.
+		hs, g := job(t, 2, WithDynamicProcessSets())
+		g.cannotSplit.Store(true)
+		everyRankFails(t, hs, func(int) []int { return []int{0} }, `horovod: process set "horovod.process_set": loopback: cannot split into process sets`)
+		g.cannotSplit.Store(false)
+		sets := addSets(t, hs, []int{0, 1})
+		onEveryRank(t, hs, func(h *Horovod) error { return checkSetCollectives(h, sets[h.Rank()][0], []int{0, 1}) })
+	})
 	hs, _ := job(t, 3, WithDynamicProcessSets())
 	for _, tc := range []struct {
 		members []int

@@ -328,7 +328,12 @@ type Splitter interface {
 	// (its Topology says this process's place in the set); on the others it returns nil. The new
 	// Backend is driven by a goroutine of its own, concurrently with this one and with its other
 	// splits (each of them still by one goroutine at a time), which a backend opened without
-	// DriverConfig.ProcessSets may not allow: Split then fails, naming the setting. A split is
-	// closed before the backend it was split from.
+	// DriverConfig.ProcessSets may not allow: Split then fails on every rank alike, before any
+	// collective, with an error wrapping ErrCannotSplit that names the setting, and the backend
+	// goes on. A split is closed before the backend it was split from.
 	Split(ranks []int) (Backend, error)
 }
+
+// ErrCannotSplit is what Split returns (wrapped) where the backend cannot be split in this job,
+// on every rank, before any collective: no failure of the backend itself.
+var ErrCannotSplit = errors.New("cannot split into process sets")
