@@ -56,32 +56,22 @@ def iters_for(size):
     return max(1, min(300, (64 << 20) // size))
 
 
-def barrier():
-    """horovod.tensorflow has no barrier: a one-element allreduce waits for every rank."""
-    hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="bench.barrier")
+def barrier(ps):
+    """horovod.tensorflow has no barrier: a one-element allreduce waits for every rank of ps."""
+    hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="bench.barrier", process_set=ps)
 
 
-def timed(call, batches, iters):
-    call()
-    best = float("inf")
-    for _ in range(batches):
-        barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            call()
-        best = min(best, (time.perf_counter() - start) / iters)
-    slowest = hvd.allreduce(tf.constant([best], tf.float64), op=hvd.Max, name="bench.time")
-    return float(slowest.numpy()[0])
-
-
-def timed_in_set(call, ps, batches, iters):
-    """timed() among the members of process set ps; the slowest member's figure on every rank."""
+def timed(call, batches, iters, ps=None):
+    """One warm-up call, then batches of iters calls, each batch after a barrier, among the ranks
+    of process set ps (the whole job where None): the slowest member's best batch mean, on every
+    rank of the job."""
     best = 0.0
-    if ps.included():
+    if ps is None or ps.included():
+        ps = ps or hvd.global_process_set
         call()
         best = float("inf")
         for _ in range(batches):
-            hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="bench.set.barrier", process_set=ps)
+            barrier(ps)
             start = time.perf_counter()
             for _ in range(iters):
                 call()
@@ -132,10 +122,7 @@ def main():
         for what in SET_COLLECTIVES if ps else COLLECTIVES:
             if args.only and not re.search(args.only, what):
                 continue
-            if ps:
-                rows.append((what, size, timed_in_set(calls[what], ps, args.batches, iters_for(size))))
-            else:
-                rows.append((what, size, timed(calls[what], args.batches, iters_for(size))))
+            rows.append((what, size, timed(calls[what], args.batches, iters_for(size), ps)))
     if hvd.rank() == 0:
         for what, size, secs in rows:
             print(f"horovod\t{what}\t{size}\t{secs:.9f}", flush=True)
