@@ -18,8 +18,8 @@
 // process set) runs the rounds, except that the caller of a blocking operation that finds no
 // round in progress runs the round announcing it itself: ranks calling in step then complete
 // without a hand-over between goroutines (see LoopStats). Agreement is cached, so a steady
-// training loop exchanges a few bits per tensor per step. A disagreement fails the operation with the same error on every
-// rank, naming the tensor and the ranks; nothing hangs on it.
+// training loop exchanges a few bits per tensor per step. A disagreement fails the operation
+// with the same error on every rank, naming the tensor and the ranks; nothing hangs on it.
 //
 //	hvd, err := horovod.Init()
 //	if err != nil { ... }

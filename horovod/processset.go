@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/gorovod/gorovod/horovod/backend"
-	"github.com/gorovod/gorovod/horovod/internal/parallel"
 )
 
 // AddProcessSet adds a process set (Horovod's hvd.add_process_set): every rank of the job calls
@@ -46,11 +45,12 @@ func (h *Horovod) AddProcessSet(ranks []int) (*Horovod, error) {
 	if req.set == nil {
 		return nil, nil
 	}
+	// workers stays the job's: this process shares the machine's cores with every rank of the job
+	// on it, in the set or not.
 	set := &Horovod{topo: req.set.Topology(), cfg: h.cfg, results: h.results, workers: h.workers, members: members}
 	// The job's rank 0 alone writes the timeline, of the job's operations.
 	set.cfg.Timeline = ""
 	set.log = log.New(set.cfg.logOutput, fmt.Sprintf("horovod[%d] process set %v: ", h.topo.Rank, members), log.LstdFlags|log.Lmsgprefix)
-	set.workers = parallel.Workers(set.topo.LocalSize)
 	ctl, err := newController(set, req.set, req.set)
 	if err != nil {
 		return nil, errors.Join(err, req.set.Close())
