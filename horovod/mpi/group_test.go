@@ -27,16 +27,16 @@ func needProcessSets(t *testing.T) backend.Topology {
 	return topo
 }
 
-// splitCases are the process sets the tests split, in an order every rank iterates alike: the
-// first and last rank (one rank in a job of 1), one rank, and every rank.
-func splitCases(size int) []struct {
+// splitCase is a process set a test splits, by name.
+type splitCase struct {
 	name  string
 	ranks []int
-} {
-	return []struct {
-		name  string
-		ranks []int
-	}{
+}
+
+// splitCases are the process sets the tests split, in an order every rank iterates alike: the
+// first and last rank (one rank in a job of 1), one rank, and every rank.
+func splitCases(size int) []splitCase {
+	return []splitCase{
 		{"ends", slices.Compact([]int{0, size - 1})},
 		{"one", []int{size / 2}},
 		{"all", ranksUpTo(size)},
