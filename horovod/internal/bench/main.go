@@ -436,27 +436,11 @@ func slowest(hvd *horovod.Horovod, t float64) float64 {
 }
 
 // processSetAllreduce times Allreduce sums of size bytes into a reused Output in a process set
-// of members, added for the row: the slowest member's figure, on every rank of the job.
+// of members, added for the row (setAllreduce): the slowest member's figure, on every rank.
 func processSetAllreduce(members []int, size int, iters *int) func(*horovod.Horovod) float64 {
-	t := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: ones(size)}
-	o := horovod.AllreduceOptions{Op: horovod.Sum, Output: make([]byte, size)}
-	return func(h *horovod.Horovod) float64 {
-		set, err := h.AddProcessSet(members)
-		if err != nil {
-			log.Fatal(err)
-		}
-		mine := 0.0
-		if set != nil {
-			mine = timeCalls(set, *iters, func() error {
-				_, err := set.Allreduce("t", t, o)
-				return err
-			})
-			if err := set.Shutdown(); err != nil {
-				log.Fatal(err)
-			}
-		}
-		return slowest(h, mine)
-	}
+	x := horovod.Tensor{DType: horovod.Float32, Shape: []int{size / 4}, Data: ones(size)}
+	out := make([]byte, size)
+	return func(h *horovod.Horovod) float64 { return setAllreduce(h, members, x, out, "gorovod_reused", *iters) }
 }
 
 // miniLMGradients are the gradients of finetune's default model (gradshapes.MiniLM), each
