@@ -6,6 +6,7 @@ import (
 	"log"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,7 +158,13 @@ type config struct {
 
 	control backend.Backend // nil: chosen from the launcher
 	data    backend.Opener  // nil: collectives go over the control backend
+	// processSets are the process sets Init adds (WithProcessSets), in order.
+	processSets [][]int
 }
+
+// opensProcessSets tells whether the job's backend must be opened for process sets: added after
+// Init, or at Init.
+func (c *config) opensProcessSets() bool { return c.DynamicProcessSets || len(c.processSets) > 0 }
 
 // Option changes one setting of Init over its environment default.
 type Option func(*config)
@@ -183,6 +190,19 @@ func WithStallCheck(warn, shutdown time.Duration) Option {
 // WithDynamicProcessSets lets the job add process sets with AddProcessSet
 // (HOROVOD_DYNAMIC_PROCESS_SETS=1; Horovod's hvd.init(process_sets="dynamic")).
 func WithDynamicProcessSets() Option { return func(c *config) { c.DynamicProcessSets = true } }
+
+// WithProcessSets has Init add process sets of these ranks, in this order, as it starts the job
+// (Horovod's hvd.init(process_sets=[...]), its static process sets): every rank gives the same
+// sets in the same order, each as AddProcessSet takes its ranks, and ProcessSets returns them.
+// MPI then runs with MPI_THREAD_MULTIPLE; adding sets after Init still needs
+// WithDynamicProcessSets, as in Horovod.
+func WithProcessSets(sets ...[]int) Option {
+	return func(c *config) {
+		for _, s := range sets {
+			c.processSets = append(c.processSets, slices.Clone(s))
+		}
+	}
+}
 
 // WithLogOutput sends horovod's warnings somewhere other than standard error.
 func WithLogOutput(w io.Writer) Option { return func(c *config) { c.logOutput = w } }

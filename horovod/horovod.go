@@ -67,6 +67,8 @@ type Horovod struct {
 	// sets are the process sets this rank is in (AddProcessSet), shut down before the job.
 	setsMu sync.Mutex
 	sets   []*Horovod
+	// initSets are the process sets of WithProcessSets, nil where this rank is not a member.
+	initSets []*Horovod
 	// members is, for a process set, its ranks in the job; nil for the job itself.
 	members []int
 
@@ -94,7 +96,7 @@ func Init(opts ...Option) (*Horovod, error) {
 	}
 	control := cfg.control
 	if control == nil {
-		if control, err = openLauncherBackend(cfg.Settings); err != nil {
+		if control, err = openLauncherBackend(cfg.Settings, cfg.opensProcessSets()); err != nil {
 			return nil, err
 		}
 	}
@@ -109,7 +111,7 @@ func Init(opts ...Option) (*Horovod, error) {
 	// A rank that gave up alone would leave the others waiting for it in their first collective, so
 	// the ranks agree on the outcome first, and only a job where every rank is ready starts its loop.
 	data, ctl, setupErr := setUp(h, control)
-	adopted, err := agreeOnSetup(control, h.topo, setupErr, &h.cfg.Settings)
+	adopted, err := agreeOnSetup(control, h.topo, setupErr, &h.cfg.Settings, h.cfg.processSets)
 	if err != nil {
 		if ctl != nil {
 			ctl.timeline.close()
@@ -128,12 +130,25 @@ func Init(opts ...Option) (*Horovod, error) {
 	}
 	h.ctl = ctl
 	ctl.start()
+	for i, ranks := range h.cfg.processSets {
+		set, err := h.addSet("Init", ranks)
+		if err != nil {
+			// Adding a set is negotiated: every rank fails alike here, and shuts down with the others.
+			return nil, errors.Join(fmt.Errorf("horovod: Init: process set %d of WithProcessSets, ranks %v: %w", i, ranks, err), h.Shutdown())
+		}
+		h.initSets = append(h.initSets, set)
+	}
 	return h, nil
 }
 
 // setUp does this rank's local part of Init: open the data backend and make the controller.
 // It starts nothing: on failure, what it returns besides the error is what there is to close.
 func setUp(h *Horovod, control backend.Backend) (backend.Backend, *controller, error) {
+	for i, ranks := range h.cfg.processSets {
+		if err := checkMembers(ranks, h.topo.Size); err != nil {
+			return nil, nil, fmt.Errorf("process set %d of WithProcessSets: %w", i, err)
+		}
+	}
 	data := control
 	if h.cfg.data != nil {
 		var err error
@@ -155,7 +170,7 @@ const (
 // process, and checks that MPI sees the job the launcher describes: an MPI without the
 // launcher's support starts every process as a job of its own, which would otherwise train N
 // unsynchronized models.
-func openLauncherBackend(s Settings) (backend.Backend, error) {
+func openLauncherBackend(s Settings, processSets bool) (backend.Backend, error) {
 	l, err := DetectLauncher(os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -167,7 +182,7 @@ func openLauncherBackend(s Settings) (backend.Backend, error) {
 	if !ok {
 		return nil, &MissingDriverError{Launcher: l, Driver: mpiDriver, Import: mpiImport}
 	}
-	comm, err := open(backend.DriverConfig{Wait: s.MPIWait, ProcessSets: s.DynamicProcessSets})
+	comm, err := open(backend.DriverConfig{Wait: s.MPIWait, ProcessSets: processSets})
 	if err != nil {
 		return nil, fmt.Errorf("horovod: %s started %d processes but MPI failed to initialize: %w", l.Name, l.Size, err)
 	}

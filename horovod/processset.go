@@ -34,8 +34,14 @@ func (h *Horovod) AddProcessSet(ranks []int) (*Horovod, error) {
 	if !h.cfg.DynamicProcessSets {
 		return nil, fmt.Errorf("horovod: AddProcessSet: process sets need %s=1 (or WithDynamicProcessSets) at Init on every rank", envDynamicProcessSets)
 	}
+	return h.addSet("AddProcessSet", ranks)
+}
+
+// addSet adds the process set of ranks, already checked, for caller (AddProcessSet or Init): nil
+// where this rank is not a member.
+func (h *Horovod) addSet(caller string, ranks []int) (*Horovod, error) {
 	if _, ok := h.ctl.data.(backend.Splitter); !ok || h.ctl.data != h.ctl.control {
-		return nil, fmt.Errorf("horovod: AddProcessSet: the %s backend has no process sets", h.ctl.data.Name())
+		return nil, fmt.Errorf("horovod: %s: the %s backend has no process sets", caller, h.ctl.data.Name())
 	}
 	members := slices.Clone(ranks)
 	req := &request{spec: spec{name: "horovod.process_set", kind: kindProcessSet, members: members}}
@@ -65,6 +71,10 @@ func (h *Horovod) AddProcessSet(ranks []int) (*Horovod, error) {
 
 // ProcessSetRanks is, for a process set, its ranks in the job; for the job, nil.
 func (h *Horovod) ProcessSetRanks() []int { return slices.Clone(h.members) }
+
+// ProcessSets returns the process sets WithProcessSets had Init add, in its order: each a
+// *Horovod where this rank is a member, as AddProcessSet returns, and nil where it is not.
+func (h *Horovod) ProcessSets() []*Horovod { return slices.Clone(h.initSets) }
 
 // takeSets empties the list of this rank's process sets and returns what it held.
 func (h *Horovod) takeSets() []*Horovod {

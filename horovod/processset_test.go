@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorovod/gorovod/horovod/backend"
 	"github.com/gorovod/gorovod/horovod/local"
@@ -316,5 +317,104 @@ func TestProcessSetReducerAndJoin(t *testing.T) {
 			return fmt.Errorf("the set's Join: %d, %v; want a rank of the set", last, err)
 		}
 		return nil
+	})
+}
+
+// Sets given to Init (Horovod's hvd.init(process_sets=[...])) are there when Init returns,
+// without dynamic process sets: ProcessSets has them in their order, nil where a rank is not a
+// member; they run beside the job and each other, and adding more after Init still needs the
+// dynamic setting, as in Horovod.
+func TestProcessSetsGivenToInit(t *testing.T) {
+	members := [][]int{{0, 2}, {1, 2}}
+	hs, g := job(t, 3, WithProcessSets(members...))
+	if n := g.splitCalls[0]; n != len(members) {
+		t.Errorf("rank 0 split the job's backend %d times, want %d", n, len(members))
+	}
+	onEveryRank(t, hs, func(h *Horovod) error {
+		sets := h.ProcessSets()
+		if len(sets) != len(members) {
+			return fmt.Errorf("rank %d: %d sets, want %d", h.Rank(), len(sets), len(members))
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 1+len(sets))
+		wg.Go(func() { errs[0] = checkSetCollectives(h, h, []int{0, 1, 2}) })
+		for i, m := range members {
+			if (sets[i] != nil) != slices.Contains(m, h.Rank()) {
+				return fmt.Errorf("rank %d: set %v is %v", h.Rank(), m, sets[i])
+			}
+			if sets[i] != nil {
+				wg.Go(func() { errs[i+1] = checkSetCollectives(h, sets[i], m) })
+			}
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+	onEveryRank(t, hs, func(h *Horovod) error {
+		if _, err := h.AddProcessSet([]int{0, 1}); err == nil || !strings.Contains(err.Error(), "process sets need HOROVOD_DYNAMIC_PROCESS_SETS=1") {
+			return fmt.Errorf("rank %d: AddProcessSet without the dynamic setting: %v", h.Rank(), err)
+		}
+		return nil
+	})
+}
+
+// Sets given to Init that some rank cannot have fail Init on every rank, naming the ranks and
+// why, with nothing left waiting: sets that differ between ranks (they are negotiated one after
+// another, as AddProcessSet's are), ranks outside the job, a backend that cannot split.
+func TestProcessSetsGivenToInitFail(t *testing.T) {
+	initFails := func(t *testing.T, g *loopback, opts func(r int) []Option, failed []int, want string) {
+		t.Helper()
+		done := make(chan []error)
+		go func() {
+			hs, errs := initRanks(g, opts)
+			for _, h := range hs {
+				if h != nil {
+					h.Shutdown()
+				}
+			}
+			done <- errs
+		}()
+		select {
+		case errs := <-done:
+			for r, err := range errs {
+				var se *SetupError
+				if errors.As(err, &se) && !slices.Equal(se.Failed, failed) {
+					t.Errorf("rank %d: Init failed on ranks %v, want %v", r, se.Failed, failed)
+				}
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("rank %d: Init: %v, want an error containing %q", r, err, want)
+				}
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Init still waiting after 10 s")
+		}
+	}
+	t.Run("sets differ", func(t *testing.T) {
+		initFails(t, newLoopback(3), func(r int) []Option {
+			switch r {
+			case 0:
+				return []Option{WithProcessSets([]int{0, 1}, []int{1, 2})}
+			case 1:
+				return []Option{WithProcessSets([]int{0, 1})}
+			}
+			return []Option{WithProcessSets([]int{0, 1}, []int{0, 2})}
+		}, []int{1, 2}, "rank 1: its process sets given to Init (WithProcessSets) differ from rank 0's; rank 2: its process sets")
+	})
+	t.Run("sets on one rank", func(t *testing.T) {
+		initFails(t, newLoopback(2), func(r int) []Option {
+			if r == 1 {
+				return []Option{WithProcessSets([]int{0, 1})}
+			}
+			return nil
+		}, []int{1}, "rank 1: its process sets given to Init (WithProcessSets) differ from rank 0's")
+	})
+	t.Run("rank outside the job", func(t *testing.T) {
+		initFails(t, newLoopback(2), func(int) []Option { return []Option{WithProcessSets([]int{0}, []int{0, 2})} },
+			[]int{0, 1}, "process set 1 of WithProcessSets: ranks [0 2]: 2 is not a rank of a job of 2")
+	})
+	t.Run("backend cannot split", func(t *testing.T) {
+		g := newLoopback(2)
+		g.cannotSplit.Store(true)
+		initFails(t, g, func(int) []Option { return []Option{WithProcessSets([]int{0}, []int{0, 1})} },
+			nil, `horovod: Init: process set 0 of WithProcessSets, ranks [0]: horovod: process set "horovod.process_set": loopback: cannot split`)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,8 +46,9 @@ func (e *SetupError) Unwrap() error { return e.local }
 // Horovod's coordinator decides the fusion for all, every rank takes rank 0's values into s;
 // so too the stall times (StallCheck, StallShutdown, as Init settled them), since Horovod's
 // coordinator alone checks for stalls: one rank's shorter shutdown time would otherwise abort
-// the job alone. adopted says, for this rank's log, each one it had set otherwise.
-func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error, s *Settings) (adopted []string, err error) {
+// the job alone. adopted says, for this rank's log, each one it had set otherwise. A rank whose
+// process sets for Init (initSets) differ from rank 0's fails, as a rank failing its setup does.
+func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error, s *Settings, initSets [][]int) (adopted []string, err error) {
 	var text []byte
 	if localErr != nil {
 		if text = []byte(localErr.Error()); len(text) == 0 {
@@ -56,14 +58,15 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 	fail := func(step string, err error) error {
 		return errors.Join(fmt.Errorf("horovod: rank %d: agreeing on Init with the other ranks (%s): %w", topo.Rank, step, err), localErr)
 	}
-	// error length, fusion threshold, cache capacity, stall check and shutdown times, process sets
-	const record = 4 + 5*8
+	// error length, fusion threshold, cache capacity, stall check and shutdown times, dynamic
+	// process sets, a digest of the process sets given to Init
+	const record = 4 + 6*8
 	sets := uint64(0)
 	if s.DynamicProcessSets {
 		sets = 1
 	}
 	mine := binary.LittleEndian.AppendUint32(nil, uint32(len(text)))
-	for _, v := range []uint64{uint64(s.FusionThreshold), uint64(s.CacheCapacity), uint64(s.StallCheck), uint64(s.StallShutdown), sets} {
+	for _, v := range []uint64{uint64(s.FusionThreshold), uint64(s.CacheCapacity), uint64(s.StallCheck), uint64(s.StallShutdown), sets, setsDigest(initSets)} {
 		mine = binary.LittleEndian.AppendUint64(mine, v)
 	}
 	records := make([]byte, record*topo.Size)
@@ -88,28 +91,57 @@ func agreeOnSetup(control backend.Backend, topo backend.Topology, localErr error
 		adopted = append(adopted, fmt.Sprintf("%s is on on this rank, off on rank(s) %s: process sets are off, as they need every rank", envDynamicProcessSets, strings.Join(without, ",")))
 		s.DynamicProcessSets = false
 	}
+	// Init adds its process sets as negotiated operations: a rank with other sets, or none, would
+	// leave the others waiting in theirs. Every rank sees the same digests, and fails alike.
+	differs := make([]bool, topo.Size)
+	anyDiffers := false
+	for r := range differs {
+		differs[r] = binary.LittleEndian.Uint64(records[record*r+44:]) != binary.LittleEndian.Uint64(records[44:])
+		anyDiffers = anyDiffers || differs[r]
+	}
 	counts := make([]int, topo.Size)
 	total := 0
 	for r := range counts {
 		counts[r] = int(binary.LittleEndian.Uint32(records[record*r:]))
 		total += counts[r]
 	}
-	if total == 0 {
+	if total == 0 && !anyDiffers {
 		return adopted, nil
 	}
 	texts := make([]byte, total)
-	if err := backend.ControlAllgatherv(control, text, texts, counts); err != nil {
-		return nil, fail("error texts", err)
+	if total > 0 {
+		if err := backend.ControlAllgatherv(control, text, texts, counts); err != nil {
+			return nil, fail("error texts", err)
+		}
 	}
 	e := &SetupError{Rank: topo.Rank, local: localErr}
 	for r, n := range counts {
+		var causes []string
 		if n > 0 {
+			causes = append(causes, string(texts[:n]))
+		}
+		if differs[r] {
+			causes = append(causes, "its process sets given to Init (WithProcessSets) differ from rank 0's")
+		}
+		if causes != nil {
 			e.Failed = append(e.Failed, r)
-			e.Causes = append(e.Causes, string(texts[:n]))
+			e.Causes = append(e.Causes, strings.Join(causes, "; "))
 		}
 		texts = texts[n:]
 	}
 	return nil, e
+}
+
+// setsDigest is a digest of the process sets given to Init, in order; 0 for none.
+func setsDigest(sets [][]int) uint64 {
+	if len(sets) == 0 {
+		return 0
+	}
+	d := fnv.New64a()
+	for _, ranks := range sets {
+		d.Write(appendInts(nil, ranks))
+	}
+	return d.Sum64() | 1
 }
 
 // takeRankZeros sets *mine, the setting of variable name, to rank 0's value rank0, and appends to

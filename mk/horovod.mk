@@ -76,6 +76,8 @@ test-mpi: debs
 	rm -rf $(HVD_BUILD)/missing
 	HOROVOD_TIMELINE=$(HVD_BUILD)/missing/timeline.json GOROVOD_CONFORMANCE_INIT_FAILURE=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0 \
 		timeout 60 $(MPIRUN) -np 2 $(HVD_BUILD)/conformance.test -test.count=1 -test.v -test.run '^TestInitFailureReachesEveryRank$$'
+	# Process sets given to Init, without HOROVOD_DYNAMIC_PROCESS_SETS: Init opens MPI for them.
+	GOROVOD_CONFORMANCE_INIT_SETS=1 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/conformance.test -test.count=1 -test.run '^TestProcessSetsGivenToInit$$'
 
 # Each job is bounded; the wrapper fails, saying why, where it cannot make network namespaces.
 HVD_FAKE_NODES := timeout -k 10 120 $(ROOT)/scripts/fake-nodes/mpirun.sh

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -172,4 +173,70 @@ func setCollectives(set *horovod.Horovod, members []int) error {
 		return fmt.Errorf("rank %d: the set's allgather gave %v, want %v", rank, v, want)
 	}
 	return set.Barrier()
+}
+
+// initSetsEnv is set by make test-mpi for a job that gives Init its process sets
+// (horovod.WithProcessSets) without HOROVOD_DYNAMIC_PROCESS_SETS. TestMain then leaves Init to
+// TestProcessSetsGivenToInit, the only test such a job runs.
+const initSetsEnv = "GOROVOD_CONFORMANCE_INIT_SETS"
+
+// Sets given to Init open MPI for process sets through the launcher's path (MPI_THREAD_MULTIPLE,
+// or the split would refuse and Init fail): each set's integer sums are its members' alone,
+// computed while the job's allreduce runs, and the sets end with the job's Shutdown.
+func TestProcessSetsGivenToInit(t *testing.T) {
+	if os.Getenv(initSetsEnv) == "" {
+		t.Skip("run by make test-mpi, as a job of its own")
+	}
+	rank, err := strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_RANK"))
+	if err != nil {
+		t.Fatalf("needs mpirun: %v", err)
+	}
+	size, _ := strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_SIZE"))
+	all := make([]int, size)
+	for r := range all {
+		all[r] = r
+	}
+	members := [][]int{processSetMembers(size), all}
+	h, err := horovod.Init(horovod.WithProcessSets(members...))
+	if err != nil {
+		t.Fatalf("rank %d: %v", rank, err)
+	}
+	defer func() {
+		if err := h.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
+	sum := func(h *horovod.Horovod, ranks []int) error {
+		for i := range 20 {
+			x, _ := horovod.NewTensor([]int{2}, []int32{int32(rank + 1), int32(i)})
+			got, err := h.Allreduce(fmt.Sprintf("init sets/%v", ranks), x, horovod.AllreduceOptions{Op: horovod.Sum})
+			if err != nil {
+				return err
+			}
+			want := []int32{0, int32(i * len(ranks))}
+			for _, r := range ranks {
+				want[0] += int32(r + 1)
+			}
+			if v, _ := horovod.Values[int32](got); !slices.Equal(v, want) {
+				return fmt.Errorf("rank %d: allreduce among %v gave %v, want %v", rank, ranks, v, want)
+			}
+		}
+		return nil
+	}
+	sets := h.ProcessSets()
+	var wg sync.WaitGroup
+	errs := make([]error, 1+len(members))
+	wg.Go(func() { errs[0] = sum(h, all) })
+	for i, m := range members {
+		if (sets[i] != nil) != slices.Contains(m, rank) {
+			t.Fatalf("rank %d: set %v is %v", rank, m, sets[i])
+		}
+		if sets[i] != nil {
+			wg.Go(func() { errs[i+1] = sum(sets[i], m) })
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 }

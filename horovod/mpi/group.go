@@ -50,7 +50,7 @@ func (c *Comm) Split(ranks []int) (backend.Backend, error) {
 		return nil, err
 	}
 	if !c.threadMultiple {
-		return nil, fmt.Errorf("mpi: %w: process sets need HOROVOD_DYNAMIC_PROCESS_SETS=1: their collectives overlap the job's, which MPI allows at MPI_THREAD_MULTIPLE only, and MPI was initialized without it", backend.ErrCannotSplit)
+		return nil, fmt.Errorf("mpi: %w: process sets need the communicator opened for them (DriverConfig.ProcessSets: HOROVOD_DYNAMIC_PROCESS_SETS=1 or sets given to Init): their collectives overlap the job's, which MPI allows at MPI_THREAD_MULTIPLE only, and MPI was initialized without it", backend.ErrCannotSplit)
 	}
 	member := C.int(0)
 	if _, in := slices.BinarySearch(ranks, c.topo.Rank); in {
