@@ -321,7 +321,8 @@ func TestReducescatterAndAlltoallErrors(t *testing.T) {
 		want string
 	}{
 		{func() error { _, err := h.Reducescatter("s", scalar, ReducescatterOptions{}); return err }(), "a scalar has no first dimension to scatter along"},
-		{func() error { _, err := h.Reducescatter("s", x, ReducescatterOptions{Op: Product + 1}); return err }(), "unknown reduce op"},
+		{func() error { _, err := h.Reducescatter("s", x, ReducescatterOptions{Op: Adasum + 1}); return err }(), "unknown reduce op"},
+		{func() error { _, err := h.Reducescatter("s", x, ReducescatterOptions{Op: Adasum}); return err }(), "Adasum is an allreduce's op only"},
 		{func() error { _, _, err := h.Alltoall("a", scalar, nil); return err }(), "a scalar has no first dimension to split along"},
 		{func() error { _, _, err := h.Alltoall("a", x, nil); return err }(), "the first dimension 3 does not split evenly among 2 ranks"},
 		{func() error { _, _, err := h.Alltoall("a", x, []int{1, 1}); return err }(), "splits [1 1] sum to 2 rows, not the first dimension 3"},

@@ -58,7 +58,8 @@ type controller struct {
 	// still to be answered fail too (answer). Forgotten when the ranks number groups afresh.
 	failedGroups map[string]*groupFailure
 	lastWarn     time.Time
-	fusion       arena // in the data backend's memory when it lends some (backend.HostAllocator)
+	fusion       arena  // in the data backend's memory when it lends some (backend.HostAllocator)
+	adasumBuf    []byte // every rank's shard of an Adasum allreduce on this rank
 	timeline     *timeline
 
 	busySince atomic.Int64  // when the current backend call began (since; at least 1); 0 when none

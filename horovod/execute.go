@@ -20,6 +20,11 @@ const (
 	Max
 	// Product multiplies across ranks (Horovod's hvd.Product, MPI_PROD, ncclProd).
 	Product
+	// Adasum combines floating-point tensors by adaptive summation (Horovod's hvd.Adasum: "Scaling
+	// Distributed Training with Adaptive Summation", Maleki et al., 2021): per tensor, two ranks'
+	// gradients a and b become a*(1-a·b/(2|a|²)) + b*(1-a·b/(2|b|²)), pair after pair up a binary
+	// tree of the ranks. Allreduce only; float16, bfloat16, float32 and float64.
+	Adasum
 )
 
 func (o ReduceOp) String() string {
@@ -34,6 +39,8 @@ func (o ReduceOp) String() string {
 		return "max"
 	case Product:
 		return "product"
+	case Adasum:
+		return "adasum"
 	}
 	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
 }
@@ -241,6 +248,13 @@ func (c *controller) allreduce(batch []*response) error {
 	}
 	wire := c.backendPhase(kindAllreduce)
 	reduce := func(in, out []byte) error {
+		if s.op == Adasum {
+			tensorBytes := make([]int, len(ops))
+			for i, o := range ops {
+				tensorBytes[i] = len(o.output)
+			}
+			return c.phase(names, "ADASUM", func() error { return c.adasum(in, out, tensorBytes, s.dtype) })
+		}
 		return c.onWire(kindAllreduce, names, wire, func() error { return c.data.Allreduce(in, out, s.dtype, s.op.backendOp()) })
 	}
 	if len(ops) == 1 {

@@ -61,8 +61,11 @@ func (h *Horovod) allreduceRequest(name string, groupSize int, t Tensor, o Allre
 	if err := checkOperand("allreduce", name, t); err != nil {
 		return nil, err
 	}
-	if o.Op > Product {
+	if o.Op > Adasum {
 		return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}
+	}
+	if o.Op == Adasum && !adasumFloats(t.DType) {
+		return nil, &Error{Op: "allreduce", Tensor: name, Reason: fmt.Sprintf("Adasum combines float16, bfloat16, float32 and float64 tensors, not %v", t.DType)}
 	}
 	if o.Output != nil {
 		if groupSize > 0 {
@@ -246,6 +249,9 @@ func (h *Horovod) reducescatterRequest(name string, groupSize int, t Tensor, o R
 	}
 	if len(t.Shape) == 0 {
 		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: "a scalar has no first dimension to scatter along"}
+	}
+	if o.Op == Adasum {
+		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: "Adasum is an allreduce's op only, as in Horovod"}
 	}
 	if o.Op > Product {
 		return nil, &Error{Op: "reducescatter", Tensor: name, Reason: fmt.Sprintf("unknown reduce op %v", o.Op)}

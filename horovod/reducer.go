@@ -12,7 +12,7 @@ import (
 // ReducerOptions configure the distributed optimizer step (Horovod's DistributedOptimizer
 // arguments). The zero value averages uncompressed gradients every step.
 type ReducerOptions struct {
-	// Op is Average (the default) or Sum.
+	// Op is Average (the default), Sum or Adasum.
 	Op ReduceOp
 	// Compression puts float32 and float64 gradients on the wire as float16 or bfloat16.
 	Compression Compression
@@ -59,8 +59,8 @@ type Reducer struct {
 
 // NewReducer checks opts and returns a Reducer.
 func (h *Horovod) NewReducer(opts ReducerOptions) (*Reducer, error) {
-	if opts.Op != Average && opts.Op != Sum {
-		return nil, fmt.Errorf("horovod: reducer op %v: gradients are averaged or summed", opts.Op)
+	if opts.Op != Average && opts.Op != Sum && opts.Op != Adasum {
+		return nil, fmt.Errorf("horovod: reducer op %v: gradients are averaged, summed or combined by Adasum", opts.Op)
 	}
 	if opts.Compression > BF16Compression {
 		return nil, fmt.Errorf("horovod: unknown compression %v", opts.Compression)
@@ -288,9 +288,12 @@ func (r *Reducer) allreduce(grads []NamedTensor) (_ []NamedTensor, err error) {
 		}
 		if r.opts.Compression.compresses(g.DType) {
 			output = wires[i].Data
-			// Sum in 16 bits, then scale while widening: the division of Average happens at
-			// full precision.
+			// Sum (or Adasum) in 16 bits, then scale while widening: the division of Average
+			// happens at full precision.
 			op = AllreduceOptions{Op: Sum, Prescale: pre}
+			if r.opts.Op == Adasum {
+				op.Op = Adasum
+			}
 		}
 		req, err := r.h.allreduceRequest(r.opts.Prefix+g.Name, 0, wires[i], op)
 		if err != nil {

@@ -290,8 +290,10 @@ func (s *spec) check(size int) error {
 		return fmt.Errorf("%q: unknown operation %v", s.name, s.kind)
 	}
 	switch {
-	case s.op > Product:
+	case s.op > Adasum:
 		return fmt.Errorf("%v %q: unknown reduce op %v", s.kind, s.name, s.op)
+	case s.op == Adasum && (s.kind != kindAllreduce || !adasumFloats(s.dtype)):
+		return fmt.Errorf("%v %q: Adasum of %v: an allreduce of a floating-point tensor only", s.kind, s.name, s.dtype)
 	case s.root < 0 || s.root >= size:
 		return fmt.Errorf("%v %q: root rank %d outside 0..%d", s.kind, s.name, uint64(s.root), size-1)
 	case s.groupSize < 0:

@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -193,7 +194,7 @@ func checkTimeline(path string) error {
 	}
 	want := []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
 		"MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "MPI_BCAST", "MPI_ALLGATHER",
-		"NEGOTIATE_REDUCESCATTER", "REDUCESCATTER", "MPI_REDUCESCATTER", "NEGOTIATE_ALLTOALL", "ALLTOALL", "MPI_ALLTOALL"}
+		"NEGOTIATE_REDUCESCATTER", "REDUCESCATTER", "MPI_REDUCESCATTER", "NEGOTIATE_ALLTOALL", "ALLTOALL", "MPI_ALLTOALL", "ADASUM"}
 	if len(ranksPerHost(hosts)) == 1 && len(hosts) > 1 {
 		// The large allreduce and broadcast tests' tensors go over the MPI backend's shared memory.
 		want = append(want, "SHM_ALLREDUCE", "SHM_BCAST", "SHM_ALLGATHER")
@@ -233,6 +234,20 @@ func checkWirePhases(phases map[string]map[string]bool) error {
 	}
 	if !phases[fused]["MEMCPY_IN_FUSION_BUFFER"] || !phases[fused]["MEMCPY_OUT_FUSION_BUFFER"] {
 		return fmt.Errorf("reducescatter %q did not go through the fusion buffer", fused)
+	}
+	// TestAdasum's allreduces combine by Adasum, never by the backend's allreduce.
+	adasums := 0
+	for name, seen := range phases {
+		if !strings.HasPrefix(name, "adasum/") {
+			continue
+		}
+		adasums++
+		if !seen["ADASUM"] || seen["MPI_ALLREDUCE"] || seen["SHM_ALLREDUCE"] {
+			return fmt.Errorf("Adasum allreduce %q went %v, not by Adasum alone", name, seen)
+		}
+	}
+	if adasums == 0 {
+		return errors.New("no Adasum allreduce")
 	}
 	for name, seen := range phases {
 		for op, wire := range map[string]string{"REDUCESCATTER": "MPI_REDUCESCATTER", "ALLTOALL": "MPI_ALLTOALL"} {
