@@ -4,11 +4,13 @@
 #                    MPI) against tensorflow-cpu $(PEER_TF_VERSION) in its own virtualenv under
 #                    .cache/peer (once: about 3 minutes on 2 cores; rebuilt when the pins change),
 #                    then prints in one run, for raw MPI, Horovod and gorovod: allreduce (Sum,
-#                    Average, Average with fp16 compression) from 4 KiB to 256 MiB, allgather,
-#                    broadcast, reducescatter (Sum, Average), alltoall (even splits) and a grouped
+#                    Average, Average with fp16 compression, Adasum) from 4 KiB to 256 MiB,
+#                    allgather, broadcast, reducescatter (Sum, Average), alltoall (even splits) and a grouped
 #                    reducescatter of 64 tensors, an allreduce in a process set of the first and
 #                    last rank (a run of its own on each side), on 2 and 3 ranks (scripts/bench_peer: Horovod's
 #                    side under mpirun, and the table; gorovod's and raw MPI's side is horovod/internal/bench -peer);
+#                    then Horovod's Adasum of known inputs against gorovod's on 2 and 4 ranks
+#                    (scripts/bench_peer/adasum_check.py, bench -peer-adasum: fails over 1e-5);
 #                    then fine-tuning MiniLM at 1 and 2 ranks, gorovod's finetune against the
 #                    exporter's model under Horovod (DistributedGradientTape), at Horovod's
 #                    defaults and with mpi_yield_when_idle, and the initial broadcast of the
@@ -64,6 +66,10 @@ bench-peer: peer-horovod setup data finetune-bin
 	  HOROVOD_DYNAMIC_PROCESS_SETS=1 $(PEER_MPIRUN) -np $$np $(PEER_DIR)/bench -peer $(PEER_SIZES) -only process_set >> $(PEER_DIR)/gorovod-$$np.tsv; \
 	  $(PEER_MPIRUN) -np $$np $(PEER_PY) $(ROOT)/scripts/bench_peer/horovod_collectives.py $(PEER_SIZES) --process-sets >> $(PEER_DIR)/horovod-$$np.tsv; \
 	  $(PEER_PY) $(ROOT)/scripts/bench_peer/table.py $$np $(PEER_DIR)/gorovod-$$np.tsv $(PEER_DIR)/horovod-$$np.tsv; \
+	done
+	for np in 2 4; do \
+	  $(PEER_MPIRUN) -np $$np $(PEER_PY) $(ROOT)/scripts/bench_peer/adasum_check.py $(PEER_DIR)/adasum-$$np.f32 && \
+	  $(PEER_MPIRUN) -np $$np $(PEER_DIR)/bench -peer-adasum $(PEER_DIR)/adasum-$$np.f32 || exit 1; \
 	done
 	cd $(ROOT) && $(PY) scripts/bench_peer/finetune.py --finetune $(FINETUNE_BIN) --bench $(PEER_DIR)/bench \
 	  --mpirun "$(PEER_MPIRUN)" --peer_python $(PEER_PY) --saved_model $(DEFAULT_MODEL_DIR) \

@@ -5,6 +5,7 @@ Run under mpirun with the peer virtualenv (Horovod built with MPI, TensorFlow):
     mpirun -np 2 .cache/peer/venv-.../bin/python scripts/bench_peer/horovod_collectives.py 4K,1M,64M
 
 For every size (bytes per rank, float32): allreduce Sum, Average, Average with fp16 compression,
+Adasum (on a power-of-two job: Horovod refuses the others),
 allgather (every rank sends the size), broadcast from rank 0, reducescatter Sum and Average,
 alltoall with even splits, each through horovod.tensorflow in eager mode, one tensor per call, a
 new result per call, and grouped_reducescatter Sum and grouped_allgather of the size in 64
@@ -29,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
-COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
+COLLECTIVES = ["allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allreduce_adasum", "allgather", "broadcast",
                "reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum", "grouped_allgather"]
 
 # SET_COLLECTIVES run with --process-sets only, as gorovod's bench runs them with
@@ -110,6 +111,7 @@ def main():
             "allreduce_average": lambda: hvd.allreduce(x, op=hvd.Average, name="t"),
             "allreduce_average_fp16": lambda: hvd.allreduce(
                 x, op=hvd.Average, compression=hvd.Compression.fp16, name="t"),
+            "allreduce_adasum": lambda: hvd.allreduce(x, op=hvd.Adasum, name="t"),
             "allgather": lambda: hvd.allgather(x, name="t"),
             "broadcast": lambda: hvd.broadcast(x, 0, name="t"),
             "reducescatter_sum": lambda: hvd.reducescatter(xs, op=hvd.Sum, name="t"),
@@ -122,6 +124,8 @@ def main():
         for what in SET_COLLECTIVES if ps else COLLECTIVES:
             if args.only and not re.search(args.only, what):
                 continue
+            if what == "allreduce_adasum" and hvd.size() & (hvd.size() - 1):
+                continue  # Horovod refuses Adasum on a job that is not a power of two
             rows.append((what, size, timed(calls[what], args.batches, iters_for(size), ps)))
     if hvd.rank() == 0:
         for what, size, secs in rows:

@@ -46,6 +46,7 @@ var (
 	midIters   = flag.Int("mid-iters", 50, "allreduces of the 1 MiB buffer per batch")
 	cpuProfile = flag.String("cpuprofile", "", "write rank 0's CPU profile of the timed rows to this file")
 	peer       = flag.String("peer", "", "instead of the table, time `make bench-peer`'s collectives at these sizes (e.g. 4K,1M,64M) and print them tab-separated (the process-set rows with HOROVOD_DYNAMIC_PROCESS_SETS=1 only)")
+	peerAdasum = flag.String("peer-adasum", "", "instead of the table, compute the Adasum scripts/bench_peer/adasum_check.py computed with Horovod into this file, and compare")
 	peerVars   = flag.Bool("peer-variables", false, "instead of the table, time BroadcastVariables of MiniLM's variables against one MPI_Bcast of their bytes, printed as -peer prints")
 	only       = flag.String("only", "", "run only the rows whose description (with -peer: the collective's name) matches this regular expression")
 	smallIters = flag.Int("small-iters", 300, "allreduces of the 4 KiB buffer per batch")
@@ -109,10 +110,13 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if *peer != "" || *peerVars {
-		if *peerVars {
+	if *peer != "" || *peerVars || *peerAdasum != "" {
+		switch {
+		case *peerAdasum != "":
+			runPeerAdasum(comm, *peerAdasum)
+		case *peerVars:
 			runPeerVariables(comm)
-		} else {
+		default:
 			sizes, err := parseSizes(*peer)
 			if err != nil {
 				log.Fatal(err)

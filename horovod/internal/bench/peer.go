@@ -16,7 +16,7 @@ import (
 
 // peerCollectives are the rows of `make bench-peer`, in the order scripts/bench_peer prints
 // them; scripts/bench_peer/horovod_collectives.py times the same calls of Horovod's.
-var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allgather", "broadcast",
+var peerCollectives = []string{"allreduce_sum", "allreduce_average", "allreduce_average_fp16", "allreduce_adasum", "allgather", "broadcast",
 	"reducescatter_sum", "reducescatter_average", "alltoall", "grouped_reducescatter_sum", "grouped_allgather"}
 
 // peerSetCollectives are the rows of `make bench-peer` that run in a job allowing process sets
@@ -173,6 +173,9 @@ func runPeer(comm *mpi.Comm, sizes []int, processSets bool) {
 					o.Op = horovod.Average
 				}
 				call = func(release bool) error { return released(hvd, release)(hvd.Allreduce("t", x, o)) }
+			case "allreduce_adasum":
+				o := horovod.AllreduceOptions{Op: horovod.Adasum}
+				call = func(release bool) error { return released(hvd, release)(hvd.Allreduce("t", x, o)) }
 			case "allreduce_average_fp16":
 				red, err := hvd.NewReducer(horovod.ReducerOptions{Compression: horovod.FP16Compression})
 				if err != nil {
@@ -220,6 +223,9 @@ func runPeer(comm *mpi.Comm, sizes []int, processSets bool) {
 				if what == "allreduce_average" {
 					o.Op = horovod.Average
 				}
+				reused = func() error { _, err := hvd.Allreduce("t", x, o); return err }
+			case "allreduce_adasum":
+				o := horovod.AllreduceOptions{Op: horovod.Adasum, Output: out[:size]}
 				reused = func() error { _, err := hvd.Allreduce("t", x, o); return err }
 			case "allgather":
 				reused = func() error { _, err := hvd.AllgatherInto("t", x, out); return err }
