@@ -668,10 +668,30 @@ func TestTimelinePhases(t *testing.T) {
 		_, err := h.Broadcast("bcast", x, 1)
 		return err
 	})
-	events := shutdownAndReadTimeline(t, hs, path)
+	phases, arrivals := timelineRows(t, shutdownAndReadTimeline(t, hs, path))
+	want := map[string][]string{
+		"fused/a": {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "LOOPBACK_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"},
+		"fused/b": {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "LOOPBACK_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"},
+		"single":  {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "LOOPBACK_ALLREDUCE"},
+		"bcast":   {"NEGOTIATE_BROADCAST", "BROADCAST", "QUEUE", "LOOPBACK_BCAST"},
+	}
+	for name, w := range want {
+		if !slices.Equal(phases[name], w) {
+			t.Errorf("%s: phases %v, want %v", name, phases[name], w)
+		}
+		if a := slices.Sorted(slices.Values(arrivals[name])); !slices.Equal(a, []string{"0", "1"}) {
+			t.Errorf("%s: rank arrivals %v, want 0 and 1", name, a)
+		}
+	}
+}
+
+// timelineRows checks that every row of a timeline nests its phases and never goes back in
+// time, and returns each row's phases in the order they began and its rank arrivals.
+func timelineRows(t *testing.T, events []timelineEvent) (phases, arrivals map[string][]string) {
+	t.Helper()
 	rows := map[int]string{}
-	phases := map[string][]string{} // tensor -> phases in order of their B events
-	arrivals := map[string][]string{}
+	phases = map[string][]string{} // tensor -> phases in order of their B events
+	arrivals = map[string][]string{}
 	depth := map[int]int{}
 	lastTS := map[int]int64{}
 	for _, e := range events {
@@ -700,20 +720,7 @@ func TestTimelinePhases(t *testing.T) {
 			t.Errorf("%s: %d phases left open", rows[pid], d)
 		}
 	}
-	want := map[string][]string{
-		"fused/a": {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "LOOPBACK_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"},
-		"fused/b": {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "LOOPBACK_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"},
-		"single":  {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "LOOPBACK_ALLREDUCE"},
-		"bcast":   {"NEGOTIATE_BROADCAST", "BROADCAST", "QUEUE", "LOOPBACK_BCAST"},
-	}
-	for name, w := range want {
-		if !slices.Equal(phases[name], w) {
-			t.Errorf("%s: phases %v, want %v", name, phases[name], w)
-		}
-		if a := slices.Sorted(slices.Values(arrivals[name])); !slices.Equal(a, []string{"0", "1"}) {
-			t.Errorf("%s: rank arrivals %v, want 0 and 1", name, a)
-		}
-	}
+	return phases, arrivals
 }
 
 func TestReducerAccumulatesCompressesAndAverages(t *testing.T) {

@@ -20,8 +20,10 @@ import (
 //
 // The job must allow process sets at Init, on every rank: HOROVOD_DYNAMIC_PROCESS_SETS=1 or
 // WithDynamicProcessSets (MPI then runs with MPI_THREAD_MULTIPLE). A set runs over the job's MPI;
-// a job whose tensors go over a data backend of their own (NCCL) has no process sets. A set
-// writes no timeline, and its messages number its ranks as the set does. Its members end it
+// a job whose tensors go over a data backend of their own (NCCL) has no process sets. A set that
+// the job's rank 0 is in writes its operations into the job's timeline, on rows named after the
+// set ("process set [0 2]: name"), its ranks' arrivals marked by their ranks in the job; its
+// messages number its ranks as the set does. Its members end it
 // with its Shutdown (Horovod's hvd.remove_process_set); the job's Shutdown ends the sets this
 // rank is in first. A set adds no sets of its own.
 func (h *Horovod) AddProcessSet(ranks []int) (*Horovod, error) {
@@ -54,13 +56,14 @@ func (h *Horovod) addSet(caller string, ranks []int) (*Horovod, error) {
 	// workers stays the job's: this process shares the machine's cores with every rank of the job
 	// on it, in the set or not.
 	set := &Horovod{topo: req.set.Topology(), cfg: h.cfg, results: h.results, workers: h.workers, members: members}
-	// The job's rank 0 alone writes the timeline, of the job's operations.
+	// The job's rank 0 alone writes the timeline: a set it is in writes into the job's file.
 	set.cfg.Timeline = ""
 	set.log = log.New(set.cfg.logOutput, fmt.Sprintf("horovod[%d] process set %v: ", h.topo.Rank, members), log.LstdFlags|log.Lmsgprefix)
 	ctl, err := newController(set, req.set, req.set)
 	if err != nil {
 		return nil, errors.Join(err, req.set.Close())
 	}
+	ctl.timeline = h.ctl.timeline.view(members)
 	set.ctl = ctl
 	h.setsMu.Lock()
 	h.sets = append(h.sets, set)

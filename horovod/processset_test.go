@@ -3,6 +3,7 @@ package horovod
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -417,4 +418,40 @@ func TestProcessSetsGivenToInitFail(t *testing.T) {
 		initFails(t, g, func(int) []Option { return []Option{WithProcessSets([]int{0}, []int{0, 1})} },
 			nil, `horovod: Init: process set 0 of WithProcessSets, ranks [0]: horovod: process set "horovod.process_set": loopback: cannot split`)
 	})
+}
+
+// A process set that the job's rank 0 is in writes its operations into the job's timeline, on
+// rows named after the set, each rank's arrival marked by its rank in the job, beside the job's
+// own row of the same tensor name; a set without rank 0 writes none.
+func TestProcessSetTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	hs, _ := job(t, 3, WithDynamicProcessSets(), WithTimeline(path))
+	sets := addSets(t, hs, []int{0, 2}, []int{1, 2})
+	onEveryRank(t, hs, func(h *Horovod) error {
+		x := mustTensor(t, nil, []float32{1, 2})
+		for _, set := range append([]*Horovod{h}, sets[h.Rank()]...) {
+			if set == nil {
+				continue
+			}
+			if _, err := set.Allreduce("x", x, AllreduceOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	phases, arrivals := timelineRows(t, shutdownAndReadTimeline(t, hs, path))
+	want := []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "QUEUE", "LOOPBACK_ALLREDUCE"}
+	for row, ranks := range map[string][]string{"x": {"0", "1", "2"}, "process set [0 2]: x": {"0", "2"}} {
+		if !slices.Equal(phases[row], want) {
+			t.Errorf("row %q: phases %v, want %v", row, phases[row], want)
+		}
+		if a := slices.Sorted(slices.Values(arrivals[row])); !slices.Equal(a, ranks) {
+			t.Errorf("row %q: arrivals %v, want %v", row, a, ranks)
+		}
+	}
+	for row := range phases {
+		if strings.HasPrefix(row, "process set [1 2]") {
+			t.Errorf("rank 0 wrote row %q of a set it is not in", row)
+		}
+	}
 }

@@ -18,10 +18,20 @@ var timeNow = time.Now
 // NEGOTIATE_<OP> from the first rank's submission until every rank has submitted (an instant event
 // marks each rank's arrival), then <OP> enclosing QUEUE, MEMCPY_IN_FUSION_BUFFER, the backend's
 // <BACKEND>_<OP> and MEMCPY_OUT_FUSION_BUFFER. Only rank 0 writes one; a nil *timeline writes
-// nothing, so callers need no checks.
+// nothing, so callers need no checks. A process set that rank 0 is in writes its operations into
+// the job's file, on rows of their own (view).
 type timeline struct {
-	// mu serializes the writer (the holder of the loop's turn) and an abort's last flush
-	// (flushNow), which may come from the watchdog.
+	*timelineFile
+	// row prefixes each tensor's row name: "" for the job, "process set [0 2]: " for a set.
+	row string
+	// ranks are a set's ranks in the job, by which its arrivals are marked; nil for the job.
+	ranks []int
+}
+
+// timelineFile is a timeline's file, shared by the job's controller and its process sets'.
+type timelineFile struct {
+	// mu serializes the writers (the holder of each loop's turn: the job's and its sets') and an
+	// abort's last flush (flushNow), which may come from the watchdog.
 	mu        sync.Mutex
 	f         *os.File
 	buf       []byte // whole events not yet written: the file always ends at an event's end
@@ -51,60 +61,73 @@ func newTimeline(path string) (*timeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HOROVOD_TIMELINE: %w", err)
 	}
-	t := &timeline{f: f, buf: []byte("[\n"), origin: timeNow(), pids: map[string]int{}}
-	return t, nil
+	return &timeline{timelineFile: &timelineFile{f: f, buf: []byte("[\n"), origin: timeNow(), pids: map[string]int{}}}, nil
 }
 
-func (t *timeline) emit(e traceEvent) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
+// view is the timeline of a process set of ranks (in the job) on this rank: its rows in t's
+// file, named after the set. Closing it leaves the file to the job.
+func (t *timeline) view(ranks []int) *timeline {
+	if t == nil {
+		return nil
+	}
+	return &timeline{timelineFile: t.timelineFile, row: fmt.Sprintf("process set %v: ", ranks), ranks: ranks}
+}
+
+// emit writes e on the row of tensor name, naming the row (a metadata event) at its first event.
+func (t *timeline) emit(name string, e traceEvent) {
+	row := t.row + name
+	f := t.timelineFile
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.pids[row]
+	if !ok {
+		id = len(f.pids) + 1
+		f.pids[row] = id
+		f.append(traceEvent{Name: "process_name", Phase: "M", PID: id, Args: map[string]string{"name": row}})
+	}
+	e.PID = id
+	f.append(e)
+}
+
+// append adds e to the buffered events, writing them once there are enough; f.mu is held.
+func (f *timelineFile) append(e traceEvent) {
+	if f.err != nil {
 		return
 	}
 	b, err := json.Marshal(e)
 	if err != nil {
-		t.err = err
+		f.err = err
 		return
 	}
-	if t.events > 0 {
-		t.buf = append(t.buf, ",\n"...)
+	if f.events > 0 {
+		f.buf = append(f.buf, ",\n"...)
 	}
-	t.events++
-	t.buf = append(t.buf, b...)
-	if len(t.buf) >= timelineBuffer {
-		t.write()
-	}
-}
-
-// write puts the buffered events in the file; t.mu is held.
-func (t *timeline) write() {
-	if t.err == nil && len(t.buf) > 0 {
-		_, t.err = t.f.Write(t.buf)
-		t.buf = t.buf[:0]
+	f.events++
+	f.buf = append(f.buf, b...)
+	if len(f.buf) >= timelineBuffer {
+		f.write()
 	}
 }
 
-func (t *timeline) pid(name string) int {
-	id, ok := t.pids[name]
-	if !ok {
-		id = len(t.pids) + 1
-		t.pids[name] = id
-		t.emit(traceEvent{Name: "process_name", Phase: "M", PID: id, Args: map[string]string{"name": name}})
+// write puts the buffered events in the file; f.mu is held.
+func (f *timelineFile) write() {
+	if f.err == nil && len(f.buf) > 0 {
+		_, f.err = f.f.Write(f.buf)
+		f.buf = f.buf[:0]
 	}
-	return id
 }
 
 func (t *timeline) at(ts time.Time) int64 { return ts.Sub(t.origin).Microseconds() }
 
 func (t *timeline) begin(name, phase string, ts time.Time) {
 	if t != nil {
-		t.emit(traceEvent{Name: phase, Phase: "B", TS: t.at(ts), PID: t.pid(name)})
+		t.emit(name, traceEvent{Name: phase, Phase: "B", TS: t.at(ts)})
 	}
 }
 
 func (t *timeline) finish(name string, ts time.Time) {
 	if t != nil {
-		t.emit(traceEvent{Name: "", Phase: "E", TS: t.at(ts), PID: t.pid(name)})
+		t.emit(name, traceEvent{Name: "", Phase: "E", TS: t.at(ts)})
 	}
 }
 
@@ -113,10 +136,14 @@ func (t *timeline) submitted(name string, kind opKind, ts time.Time) {
 	t.begin(name, "NEGOTIATE_"+upper(kind), ts)
 }
 
-// arrived marks rank r's submission of name during its negotiation.
+// arrived marks rank r's submission of name during its negotiation (by its rank in the job,
+// for a process set's).
 func (t *timeline) arrived(name string, r int, ts time.Time) {
 	if t != nil {
-		t.emit(traceEvent{Name: fmt.Sprint(r), Phase: "i", Scope: "t", TS: t.at(ts), PID: t.pid(name)})
+		if t.ranks != nil {
+			r = t.ranks[r]
+		}
+		t.emit(name, traceEvent{Name: fmt.Sprint(r), Phase: "i", Scope: "t", TS: t.at(ts)})
 	}
 }
 
@@ -125,7 +152,7 @@ func (t *timeline) arrived(name string, r int, ts time.Time) {
 func (t *timeline) negotiated(name string, kind opKind, dtype DType, ts time.Time) {
 	t.finish(name, ts)
 	if t != nil {
-		t.emit(traceEvent{Name: upper(kind), Phase: "B", TS: t.at(ts), PID: t.pid(name), Args: map[string]string{"dtype": dtype.String()}})
+		t.emit(name, traceEvent{Name: upper(kind), Phase: "B", TS: t.at(ts), Args: map[string]string{"dtype": dtype.String()}})
 	}
 }
 
@@ -187,6 +214,10 @@ func (t *timeline) flushNow() {
 
 func (t *timeline) close() error {
 	if t == nil {
+		return nil
+	}
+	if t.ranks != nil {
+		t.flushNow() // a set's view: the job closes the file
 		return nil
 	}
 	t.mu.Lock()

@@ -200,8 +200,13 @@ func checkTimeline(path string) error {
 		want = append(want, "SHM_ALLREDUCE", "SHM_BCAST", "SHM_ALLGATHER")
 	}
 	if processSetsOn() {
-		// TestProcessSets' AddProcessSet: the job's operation (the set's own write no timeline).
+		// TestProcessSets' AddProcessSet: the job's operation.
 		want = append(want, "NEGOTIATE_PROCESS_SET", "PROCESS_SET")
+		// The set's own allreduces, on rows named after it: rank 0 is in it.
+		row := fmt.Sprintf("process set %v: process sets/set/%s", processSetMembers(len(hosts)), processSetCases[0].key())
+		if p := phases[row]; !p["ALLREDUCE"] || !p["MPI_ALLREDUCE"] {
+			return fmt.Errorf("no row %q with the set's allreduce: %v", row, p)
+		}
 	}
 	var missing []string
 	for _, p := range want {
