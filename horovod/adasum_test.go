@@ -96,9 +96,9 @@ func floatValues(dt DType, data []byte) []float64 {
 // recursion over whole vectors: jobs of 1 to 5 ranks (Horovod's power-of-two ones, and the
 // others, whose blocks without a partner go up the tree as they are), tensors of one group
 // fused (coefficients per tensor, shards cutting tensors, tensors smaller than the job), a rank
-// contributing zeros, the scale factors, with the backend's all-to-all and without.
+// contributing zeros, an empty tensor, the scale factors, with the backend's all-to-all and without.
 func TestAdasum(t *testing.T) {
-	lengths := []int{1, 37, 2, 300}
+	lengths := []int{1, 37, 2, 300, 0}
 	for _, size := range []int{1, 2, 3, 4, 5} {
 		for _, native := range []bool{true, false} {
 			hs, _, _, alltoalls := exchangeJob(t, size, native)
@@ -163,9 +163,17 @@ func TestAdasum(t *testing.T) {
 	}
 }
 
-// Adasum is refused, on the calling rank, for what it does not combine.
+// Adasum is refused, on the calling rank, for what it does not combine; an empty tensor alone
+// (no element in any shard) is combined into an empty result.
 func TestAdasumErrors(t *testing.T) {
 	hs, _ := job(t, 2)
+	onEveryRank(t, hs, func(h *Horovod) error {
+		got, err := h.Allreduce("empty", mustTensor(t, []int{0, 3}, []float32{}), AllreduceOptions{Op: Adasum})
+		if err != nil || len(got.Data) != 0 || !slices.Equal(got.Shape, []int{0, 3}) {
+			return fmt.Errorf("rank %d: an empty Adasum: %v%v, %v", h.Rank(), got.DType, got.Shape, err)
+		}
+		return nil
+	})
 	h := hs[0]
 	if _, err := h.Allreduce("i", mustTensor(t, nil, []int32{1}), AllreduceOptions{Op: Adasum}); err == nil ||
 		!strings.Contains(err.Error(), "Adasum combines float16, bfloat16, float32 and float64 tensors, not int32") {
@@ -220,4 +228,28 @@ func TestReducerAdasum(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A rank that has joined contributes zeros, which Adasum's norm floor passes over: the others'
+// tensors combine among themselves (rank 2 joined: ranks 0 and 1 combine, as in a job of 2).
+func TestAdasumWithJoin(t *testing.T) {
+	for _, native := range []bool{true, false} {
+		hs, _, _, _ := exchangeJob(t, 3, native)
+		in := [][]float64{{1, 0}, {0, 2}} // orthogonal: the sum
+		onEveryRank(t, hs, func(h *Horovod) error {
+			if h.Rank() == 2 {
+				_, err := h.Join()
+				return err
+			}
+			out, err := h.Allreduce("adasum", mustTensor(t, nil, in[h.Rank()]), AllreduceOptions{Op: Adasum})
+			if err != nil {
+				return err
+			}
+			if got := mustValues[float64](out); !slices.Equal(got, []float64{1, 2}) {
+				return fmt.Errorf("rank %d: %v, want [1 2]", h.Rank(), got)
+			}
+			_, err = h.Join()
+			return err
+		})
+	}
 }

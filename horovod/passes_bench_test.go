@@ -99,3 +99,18 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAdasumPass times an Adasum level's pass over one rank's shard on one goroutine: the
+// dot product and squared norms of two 1 MiB tensors, then their combination, per dtype.
+func BenchmarkAdasumPass(b *testing.B) {
+	for _, dt := range []DType{Float32, Float64, BFloat16} {
+		b.Run(dt.String(), func(b *testing.B) {
+			x, y := make([]byte, 1<<20), make([]byte, 1<<20)
+			b.SetBytes(int64(len(x)))
+			for b.Loop() {
+				dot, aa, bb := adasumDots(dt, x, y)
+				adasumCombine(dt, x, y, 1-dot/(aa+1), 1-dot/(bb+1))
+			}
+		})
+	}
+}

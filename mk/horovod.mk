@@ -107,7 +107,7 @@ bench-horovod: debs
 	$(HVD_MPIRUN) -np 2 $(HVD_BUILD)/bench
 	# A process set of ranks 0 and 2 of 3 against MPI_Allreduce on a communicator split alike.
 	HOROVOD_DYNAMIC_PROCESS_SETS=1 $(HVD_MPIRUN) -np 3 $(HVD_BUILD)/bench -only 'process set'
-	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep|Scale' -benchtime 10x ./horovod
+	cd $(ROOT) && $(GO) test -run '^$$' -bench 'ReducerStep|Scale|AdasumPass' -benchtime 10x ./horovod
 	cd $(ROOT) && $(GO) test -run '^$$' -bench 'Copy' -benchtime 10x ./horovod/internal/parallel
 
 bench-network: debs

@@ -18,6 +18,10 @@ import (
 // rank gets the same bytes, also for gradients that differ freely.
 func TestAdasum(t *testing.T) {
 	size, rank := hvd.Size(), hvd.Rank()
+	empty, err := hvd.Allreduce("adasum/empty", tensor(backend.Float32, []int{0}, nil), horovod.AllreduceOptions{Op: horovod.Adasum})
+	if err != nil || len(empty.Data) != 0 {
+		t.Fatalf("an empty Adasum: %d bytes, %v", len(empty.Data), err)
+	}
 	lengths := []int{1, 7, 1000}
 	for _, dt := range []backend.DType{backend.Float32, backend.Float64, backend.Float16, backend.BFloat16} {
 		for _, c := range []struct {
