@@ -23,6 +23,7 @@ func FuzzDecodeMessage(f *testing.F) {
 			{name: "broadcast/w", kind: kindBroadcast, dtype: Float32, shape: []int{2, 3}, root: size - 1},
 			{name: "gather", kind: kindAllgather, dtype: Int64, shape: []int{5, 2}},
 			{name: "scatter", kind: kindReducescatter, dtype: Float16, shape: []int{4, 3}, op: Max, prescale: 1, postscale: 2},
+			{name: "adasum", kind: kindAllreduce, dtype: BFloat16, shape: []int{7}, op: Adasum, prescale: 1, postscale: 1},
 			{name: "a2a", kind: kindAlltoall, dtype: Uint8, shape: []int{6, 2}, splits: []int{1, 0, 5}},
 			{name: "barrier", kind: kindBarrier},
 			{name: "horovod.process_set", kind: kindProcessSet, members: []int{0, size - 1}},
