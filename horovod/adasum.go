@@ -127,7 +127,8 @@ func adasumDots(dt DType, a, b []byte) (dot, aa, bb float64) {
 	switch dt {
 	case Float32:
 		x, y := view[float32](a), view[float32](b)
-		for i := range x {
+		i := simdPrefix(len(x), 8, func(n int) { dot, aa, bb = adasumDotsFloat32AVX(&x[0], &y[0], n) })
+		for ; i < len(x); i++ {
 			u, v := float64(x[i]), float64(y[i])
 			dot += u * v
 			aa += u * u
@@ -166,7 +167,8 @@ func adasumCombine(dt DType, a, b []byte, ca, cb float64) {
 	switch dt {
 	case Float32:
 		x, y := view[float32](a), view[float32](b)
-		for i := range x {
+		i := simdPrefix(len(x), 4, func(n int) { adasumCombineFloat32AVX(&x[0], &y[0], n, ca, cb) })
+		for ; i < len(x); i++ {
 			x[i] = float32(ca*float64(x[i]) + cb*float64(y[i]))
 		}
 	case Float64:

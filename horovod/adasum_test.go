@@ -253,3 +253,38 @@ func TestAdasumWithJoin(t *testing.T) {
 		})
 	}
 }
+
+// The AVX kernels of Adasum's float32 pass agree with the scalar loops: the combination bit for
+// bit (per element the same float64 multiplications and addition, unfused, one rounding: no
+// CPU or lane count changes that), the sums within float64 rounding (added in another order).
+func TestAdasumKernels(t *testing.T) {
+	if !hasAVX {
+		t.Skip("no AVX on this CPU: the scalar loops alone run")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 7, 8, 9, 33, 1000} {
+		x, y := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i], y[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()*3)
+		}
+		a, b := mustTensor(t, nil, x).Data, mustTensor(t, nil, y).Data
+		run := func(avx bool) (dots [3]float64, combined []byte) {
+			defer func(was bool) { hasAVX = was }(hasAVX)
+			hasAVX = avx
+			dots[0], dots[1], dots[2] = adasumDots(Float32, a, b)
+			combined = bytes.Clone(a)
+			adasumCombine(Float32, combined, b, 0.75, -1.25)
+			return dots, combined
+		}
+		simd, simdOut := run(true)
+		scalar, scalarOut := run(false)
+		for k := range simd {
+			if !(math.Abs(simd[k]-scalar[k]) <= 1e-12*(1+math.Abs(scalar[k]))) {
+				t.Errorf("n=%d: sum %d %v with AVX, %v without", n, k, simd[k], scalar[k])
+			}
+		}
+		if !bytes.Equal(simdOut, scalarOut) {
+			t.Errorf("n=%d: the combination differs with AVX", n)
+		}
+	}
+}
