@@ -126,14 +126,7 @@ func tensorSegments(tensorBytes []int, lo, mine int) []tensorSegment {
 func adasumDots(dt DType, a, b []byte) (dot, aa, bb float64) {
 	switch dt {
 	case Float32:
-		x, y := view[float32](a), view[float32](b)
-		i := simdPrefix(len(x), 8, func(n int) { dot, aa, bb = adasumDotsFloat32AVX(&x[0], &y[0], n) })
-		for ; i < len(x); i++ {
-			u, v := float64(x[i]), float64(y[i])
-			dot += u * v
-			aa += u * u
-			bb += v * v
-		}
+		return dotsFloat32(view[float32](a), view[float32](b))
 	case Float64:
 		x, y := view[float64](a), view[float64](b)
 		for i := range x {
@@ -141,7 +134,7 @@ func adasumDots(dt DType, a, b []byte) (dot, aa, bb float64) {
 			aa += x[i] * x[i]
 			bb += y[i] * y[i]
 		}
-	default: // Float16, BFloat16: widened block by block
+	default: // Float16, BFloat16: widened to float32 block by block
 		codec, _ := codecOf(dt)
 		var bx, by [halfBlock]float32
 		x, y := view[uint16](a), view[uint16](b)
@@ -150,27 +143,31 @@ func adasumDots(dt DType, a, b []byte) (dot, aa, bb float64) {
 			u, v := bx[:end-off], by[:end-off]
 			codec.decode32(u, x[off:end])
 			codec.decode32(v, y[off:end])
-			for i := range u {
-				p, q := float64(u[i]), float64(v[i])
-				dot += p * q
-				aa += p * p
-				bb += q * q
-			}
+			d, p, q := dotsFloat32(u, v)
+			dot, aa, bb = dot+d, aa+p, bb+q
 		}
 	}
 	return dot, aa, bb
 }
 
-// adasumCombine sets a to ca*a + cb*b, in float64 for float32 and float64 (rounded once), in
-// float32 for the 16-bit types (as their other arithmetic here, halfCodec).
+// dotsFloat32 is adasumDots of float32s: widened to float64, eight lanes at a time with AVX.
+func dotsFloat32(x, y []float32) (dot, aa, bb float64) {
+	i := simdPrefix(len(x), 8, func(n int) { dot, aa, bb = adasumDotsFloat32AVX(&x[0], &y[0], n) })
+	for ; i < len(x); i++ {
+		u, v := float64(x[i]), float64(y[i])
+		dot += u * v
+		aa += u * u
+		bb += v * v
+	}
+	return dot, aa, bb
+}
+
+// adasumCombine sets a to ca*a + cb*b, computed in float64 and rounded once (the 16-bit types
+// widened to float32 block by block, then as float32s).
 func adasumCombine(dt DType, a, b []byte, ca, cb float64) {
 	switch dt {
 	case Float32:
-		x, y := view[float32](a), view[float32](b)
-		i := simdPrefix(len(x), 4, func(n int) { adasumCombineFloat32AVX(&x[0], &y[0], n, ca, cb) })
-		for ; i < len(x); i++ {
-			x[i] = float32(ca*float64(x[i]) + cb*float64(y[i]))
-		}
+		combineFloat32(view[float32](a), view[float32](b), ca, cb)
 	case Float64:
 		x, y := view[float64](a), view[float64](b)
 		for i := range x {
@@ -178,11 +175,14 @@ func adasumCombine(dt DType, a, b []byte, ca, cb float64) {
 		}
 	default:
 		codec, _ := codecOf(dt)
-		fa, fb := float32(ca), float32(cb)
-		codec.mapHalves(view[uint16](a), view[uint16](b), func(x, y []float32) {
-			for i := range x {
-				x[i] = fa*x[i] + fb*y[i]
-			}
-		})
+		codec.mapHalves(view[uint16](a), view[uint16](b), func(x, y []float32) { combineFloat32(x, y, ca, cb) })
+	}
+}
+
+// combineFloat32 is adasumCombine of float32s, four lanes at a time with AVX.
+func combineFloat32(x, y []float32, ca, cb float64) {
+	i := simdPrefix(len(x), 4, func(n int) { adasumCombineFloat32AVX(&x[0], &y[0], n, ca, cb) })
+	for ; i < len(x); i++ {
+		x[i] = float32(ca*float64(x[i]) + cb*float64(y[i]))
 	}
 }
