@@ -162,8 +162,8 @@ func dotsFloat32(x, y []float32) (dot, aa, bb float64) {
 	return dot, aa, bb
 }
 
-// adasumCombine sets a to ca*a + cb*b, computed in float64 and rounded once (the 16-bit types
-// widened to float32 block by block, then as float32s).
+// adasumCombine sets a to ca*a + cb*b, computed in float64 and rounded once; the 16-bit types
+// are widened to float32 block by block, combined as float32s, and rounded back.
 func adasumCombine(dt DType, a, b []byte, ca, cb float64) {
 	switch dt {
 	case Float32:
