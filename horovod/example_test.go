@@ -32,3 +32,40 @@ func ExampleHorovod_AddProcessSet() {
 	fmt.Println(set.Rank(), set.Size(), set.ProcessSetRanks(), v)
 	// Output: 0 1 [0] [1 2]
 }
+
+// Process sets fixed at Init (Horovod's hvd.init(process_sets=[...])): Init adds them before it
+// returns, and ProcessSets holds them in order, nil for a set this rank is not in. Started by
+// hand this is a job of one process; under mpirun -np 4, ProcessSets()[0] is a set on ranks 0
+// and 2 and nil on ranks 1 and 3.
+func ExampleWithProcessSets() {
+	hvd, err := horovod.Init(horovod.WithProcessSets([]int{0}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	for _, set := range hvd.ProcessSets() {
+		if set != nil {
+			fmt.Println(set.ProcessSetRanks(), set.Rank(), set.Size())
+		}
+	}
+	// Output: [0] 0 1
+}
+
+// Adasum combines gradients instead of averaging them: where the ranks' gradients agree it
+// gives their common direction at the length of one (here, in a job of one process, the
+// gradient itself); where they are orthogonal, their sum.
+func ExampleAdasum() {
+	hvd, err := horovod.Init()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	g, _ := horovod.NewTensor(nil, []float32{0.5, -1})
+	out, err := hvd.Allreduce("grad", g, horovod.AllreduceOptions{Op: horovod.Adasum})
+	if err != nil {
+		log.Fatal(err)
+	}
+	v, _ := horovod.Values[float32](out)
+	fmt.Println(v)
+	// Output: [0.5 -1]
+}
