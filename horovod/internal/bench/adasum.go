@@ -32,7 +32,9 @@ var adasumChecks = []struct {
 }{{horovod.Float32, 1e-5}, {horovod.Float16, 4e-3}}
 
 // adasumInput is element i of tensor k on rank r, as adasum_check.py's.
-func adasumInput(r, k, i int) float64 { return math.Sin(0.37*float64(i) + 7.919*float64(r) + float64(k)) }
+func adasumInput(r, k, i int) float64 {
+	return math.Sin(0.37*float64(i) + 7.919*float64(r) + float64(k))
+}
 
 // runPeerAdasum computes with gorovod the Adasum scripts/bench_peer/adasum_check.py computed with
 // Horovod into horovodFile, and compares on rank 0: it prints the largest relative difference
