@@ -129,7 +129,8 @@ func adasumDots(dt DType, a, b []byte) (dot, aa, bb float64) {
 		return dotsFloat32(view[float32](a), view[float32](b))
 	case Float64:
 		x, y := view[float64](a), view[float64](b)
-		for i := range x {
+		i := simdPrefix(len(x), 8, func(n int) { dot, aa, bb = adasumDotsFloat64AVX(&x[0], &y[0], n) })
+		for ; i < len(x); i++ {
 			dot += x[i] * y[i]
 			aa += x[i] * x[i]
 			bb += y[i] * y[i]
@@ -170,7 +171,8 @@ func adasumCombine(dt DType, a, b []byte, ca, cb float64) {
 		combineFloat32(view[float32](a), view[float32](b), ca, cb)
 	case Float64:
 		x, y := view[float64](a), view[float64](b)
-		for i := range x {
+		i := simdPrefix(len(x), 4, func(n int) { adasumCombineFloat64AVX(&x[0], &y[0], n, ca, cb) })
+		for ; i < len(x); i++ {
 			x[i] = ca*x[i] + cb*y[i]
 		}
 	default:

@@ -11,3 +11,14 @@ func adasumDotsFloat32AVX(a, b *float32, n int) (dot, aa, bb float64)
 //
 //go:noescape
 func adasumCombineFloat32AVX(a, b *float32, n int, ca, cb float64)
+
+// adasumDotsFloat64AVX is adasumDotsFloat32AVX for float64s (n a positive multiple of 8).
+//
+//go:noescape
+func adasumDotsFloat64AVX(a, b *float64, n int) (dot, aa, bb float64)
+
+// adasumCombineFloat64AVX sets a[i] to ca*a[i] + cb*b[i] for n float64s (n a positive multiple
+// of 4), four lanes at a time.
+//
+//go:noescape
+func adasumCombineFloat64AVX(a, b *float64, n int, ca, cb float64)

@@ -254,37 +254,45 @@ func TestAdasumWithJoin(t *testing.T) {
 	}
 }
 
-// The AVX kernels of Adasum's float32 pass agree with the scalar loops: the combination bit for
-// bit (per element the same float64 multiplications and addition, unfused, one rounding: no
-// CPU or lane count changes that), the sums within float64 rounding (added in another order).
+// The AVX kernels of Adasum's float32 and float64 passes agree with the scalar loops: the
+// combination bit for bit (per element the same float64 multiplications and addition, unfused,
+// one rounding: no CPU or lane count changes that), the sums within float64 rounding (added in
+// another order).
 func TestAdasumKernels(t *testing.T) {
 	if !hasAVX {
 		t.Skip("no AVX on this CPU: the scalar loops alone run")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{1, 7, 8, 9, 33, 1000} {
-		x, y := make([]float32, n), make([]float32, n)
-		for i := range x {
-			x[i], y[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()*3)
+	for _, c := range []struct {
+		dt DType
+		n  int
+	}{{Float32, 1}, {Float32, 7}, {Float32, 8}, {Float32, 9}, {Float32, 33}, {Float32, 1000},
+		{Float64, 3}, {Float64, 8}, {Float64, 13}, {Float64, 1000}} {
+		dt, n := c.dt, c.n
+		xs, ys := make([]float64, n), make([]float64, n)
+		for i := range xs {
+			xs[i], ys[i] = rng.NormFloat64(), rng.NormFloat64()*3
 		}
-		a, b := mustTensor(t, nil, x).Data, mustTensor(t, nil, y).Data
+		x, _ := floatTensor(t, dt, xs)
+		y, _ := floatTensor(t, dt, ys)
+		a, b := x.Data, y.Data
 		run := func(avx bool) (dots [3]float64, combined []byte) {
 			defer func(was bool) { hasAVX = was }(hasAVX)
 			hasAVX = avx
-			dots[0], dots[1], dots[2] = adasumDots(Float32, a, b)
+			dots[0], dots[1], dots[2] = adasumDots(dt, a, b)
 			combined = bytes.Clone(a)
-			adasumCombine(Float32, combined, b, 0.75, -1.25)
+			adasumCombine(dt, combined, b, 0.75, -1.25)
 			return dots, combined
 		}
 		simd, simdOut := run(true)
 		scalar, scalarOut := run(false)
 		for k := range simd {
 			if !(math.Abs(simd[k]-scalar[k]) <= 1e-12*(1+math.Abs(scalar[k]))) {
-				t.Errorf("n=%d: sum %d %v with AVX, %v without", n, k, simd[k], scalar[k])
+				t.Errorf("%v n=%d: sum %d %v with AVX, %v without", dt, n, k, simd[k], scalar[k])
 			}
 		}
 		if !bytes.Equal(simdOut, scalarOut) {
-			t.Errorf("n=%d: the combination differs with AVX", n)
+			t.Errorf("%v n=%d: the combination differs with AVX", dt, n)
 		}
 	}
 }

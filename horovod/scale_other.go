@@ -15,3 +15,9 @@ func adasumDotsFloat32AVX(a, b *float32, n int) (dot, aa, bb float64) {
 func adasumCombineFloat32AVX(a, b *float32, n int, ca, cb float64) {
 	panic("horovod: AVX on a non-amd64 build")
 }
+func adasumDotsFloat64AVX(a, b *float64, n int) (dot, aa, bb float64) {
+	panic("horovod: AVX on a non-amd64 build")
+}
+func adasumCombineFloat64AVX(a, b *float64, n int, ca, cb float64) {
+	panic("horovod: AVX on a non-amd64 build")
+}
