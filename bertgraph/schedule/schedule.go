@@ -16,7 +16,9 @@ type Schedule struct {
 	TrainSteps int64
 	// WarmupSteps is the number of leading steps whose learning rate rises linearly from zero.
 	WarmupSteps int64
-	// PeakLR is the learning rate after warmup: the flag's value times the number of ranks.
+	// PeakLR is the learning rate after warmup: the flag's value times the number of ranks. A
+	// run that combines its gradients with Adasum sets it back to the flag's value, as Horovod's
+	// examples do (finetune --use_adasum).
 	PeakLR float64
 }
 

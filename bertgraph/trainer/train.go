@@ -85,9 +85,10 @@ func (t *Trainer) Start() (Position, error) {
 			return Position{}, err
 		}
 	}
-	// A fresh start: one batch per step for whatever steps the SavedModel already holds.
+	// A fresh start: a step's batches for whatever steps the SavedModel already holds.
 	step, err := t.model.GlobalStep()
-	return Position{step, step, step * int64(t.opts.BatchSize)}, err
+	batches := step * int64(t.opts.AccumulationSteps)
+	return Position{step, batches, batches * int64(t.opts.BatchSize)}, err
 }
 
 // named views each variable's part of f as a horovod tensor named after the variable.
@@ -144,8 +145,10 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	// In place: the sums overwrite the gradients in their one contiguous buffer, which the
 	// backend reduces with a single call and Apply then reads; no copy of 90 MB per step. The
 	// 1/size of the average is left to Apply (DeferAverage), which folds it into the multiply
-	// clipping does anyway: no pass over the 90 MB for it either.
-	reducer, err := t.hvd.NewReducer(horovod.ReducerOptions{Compression: o.Compression, InPlace: true, DeferAverage: true})
+	// clipping does anyway: no pass over the 90 MB for it either. Adasum has no division to
+	// defer (its GradientScale is 1).
+	adasum := o.Op == horovod.Adasum
+	reducer, err := t.hvd.NewReducer(horovod.ReducerOptions{Op: o.Op, Compression: o.Compression, InPlace: true, DeferAverage: !adasum})
 	if err != nil {
 		return Result{Step: step, LossScale: lossScale}, err
 	}
@@ -167,12 +170,24 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	// variables are, the rest still lies back to back and is reduced in place in one call.
 	var rows *lookedUpRows
 	emb, lookedUp := t.model.LookedUpRows()
-	if lookedUp && !o.SparseAsDense && t.size > 1 {
+	if adasum && t.size > 1 {
+		t.infof("Adasum combines the gradients, the word embeddings' dense with the others")
+	}
+	if lookedUp && !o.SparseAsDense && !adasum && t.size > 1 {
 		shape := t.model.Variables()[emb].Shape
 		rows = newLookedUpRows(int(shape[0]), int(shape[1]))
 		named = append(named[:emb:emb], named[emb+1:]...)
 		t.infof("the word embeddings' gradient (%.1f MB) travels as the rows each step's batches look up (allgather), the other %d gradients in the allreduce",
 			float64(4*len(grads.Parts[emb]))/1e6, len(named))
+	}
+
+	// With accumulation, a step's first batch computes its gradients into grads, each later one
+	// into micro, added into grads; the looked-up rows are those of all the step's batches.
+	accumulation := o.AccumulationSteps
+	var micro *bertgraph.FlatTensors
+	var stepIDs []int32
+	if accumulation > 1 {
+		micro = t.model.NewFlatTensors()
 	}
 
 	var curves *summaries
@@ -196,7 +211,7 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	// float16 compute scales its loss dynamically: the scale is logged with a skipped step and
 	// written to TensorBoard beside the loss.
 	float16 := t.model.Precision() == bertgraph.Float16
-	globalBatch := o.BatchSize * t.size
+	globalBatch := o.BatchSize * accumulation * t.size
 	batch := features.NewBatch(o.BatchSize, t.model.Contract().MaxSeqLength) // refilled every step
 	var phases Phases
 	pastFirst := false // the first step's phases are dropped as the second begins
@@ -205,18 +220,36 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		if !pastFirst && phases.Steps == 1 {
 			phases, pastFirst = Phases{}, true
 		}
-		if err := data.ReadBatch(batch, true); err != nil {
-			return Result{Step: step, LossScale: lossScale}, err
+		clear(localStats)
+		stepIDs = stepIDs[:0]
+		for k := range accumulation {
+			if err := data.ReadBatch(batch, true); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			drawn.Batches++
+			drawn.Examples += int64(o.BatchSize)
+			clock.lap(&phases.Other)
+			// Each batch its own dropout: (seed + rank, step) without accumulation, as before it.
+			seed := bertgraph.DropoutSeed{o.Seed + int64(t.rank), step*int64(accumulation) + int64(k)}
+			into := grads
+			if k > 0 {
+				into = micro
+			}
+			st, err := t.model.TrainStep(batch, seed, into)
+			if err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			if k > 0 {
+				addInto(grads.Data, micro.Data)
+			}
+			if rows != nil && accumulation > 1 {
+				stepIDs = append(stepIDs, batch.InputIDs...)
+			}
+			clock.lap(&phases.TrainStep)
+			localStats[0] += float64(st.Loss) / float64(accumulation) // the mean over the step's batches
+			localStats[1] += float64(st.Correct)
+			localStats[2] += float64(st.Examples)
 		}
-		drawn.Batches++
-		drawn.Examples += int64(o.BatchSize)
-		clock.lap(&phases.Other)
-		st, err := t.model.TrainStep(batch, bertgraph.DropoutSeed{o.Seed + int64(t.rank), step}, grads)
-		if err != nil {
-			return Result{Step: step, LossScale: lossScale}, err
-		}
-		clock.lap(&phases.TrainStep)
-		localStats[0], localStats[1], localStats[2] = float64(st.Loss), float64(st.Correct), float64(st.Examples)
 		localStop[0] = 0
 		if o.Stop != nil {
 			if sig, ok := o.Stop().(syscall.Signal); ok { // SIGINT, SIGTERM: numbers every rank reads alike
@@ -235,7 +268,11 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		}
 		var rowIndices, rowValues *horovod.Handle
 		if rows != nil {
-			if err := rows.collect(batch.InputIDs, grads.Parts[emb]); err != nil {
+			ids := batch.InputIDs
+			if accumulation > 1 {
+				ids = stepIDs
+			}
+			if err := rows.collect(ids, grads.Parts[emb]); err != nil {
 				return Result{Step: step, LossScale: lossScale}, err
 			}
 			indices, values := rows.tensors()
@@ -267,7 +304,8 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		}
 		clock.lap(&phases.Allreduce)
 		lr := o.Schedule.LearningRate(step)
-		res, err := t.model.Apply(grads, float32(reducer.GradientScale()), float32(lr), float32(o.ClipNorm))
+		// The mean over the step's batches: the accumulated sum over accumulation.
+		res, err := t.model.Apply(grads, float32(reducer.GradientScale()/float64(accumulation)), float32(lr), float32(o.ClipNorm))
 		if err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
@@ -467,4 +505,13 @@ func (s *summaries) fail(what string, err error) {
 	s.warnf("warning: the TensorBoard events file %s lacks the summaries %s: %v (training goes on; its checkpoints are unaffected)", s.w.Path(), what, err)
 	s.w.Close()
 	s.w = nil
+}
+
+// addInto adds src into dst, element by element: one pass over the gradients per accumulated
+// batch.
+func addInto(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] += v
+	}
 }

@@ -32,8 +32,16 @@ type Options struct {
 
 	// Schedule is the run's length and learning rate (schedule.New).
 	Schedule schedule.Schedule
-	// BatchSize is the number of examples each rank trains on per step.
+	// BatchSize is the number of examples each rank computes the gradients of at once: a step
+	// trains on AccumulationSteps such batches per rank.
 	BatchSize int
+	// AccumulationSteps is the number of batches whose gradients each rank sums before the ranks
+	// combine them and apply one update (NVIDIA BERT's num_accumulation_steps, Horovod's
+	// backward_passes_per_step): a step's global batch is BatchSize x AccumulationSteps x ranks,
+	// and the update applies the mean gradient over all of them, as one batch that large would.
+	// 0 is 1. The Schedule counts steps of that global batch (schedule.New with batchPerRank
+	// BatchSize x AccumulationSteps).
+	AccumulationSteps int
 	// Seed seeds the dropout of every step: rank r's step s uses (Seed + r, s).
 	Seed int64
 	// ClipNorm is the global norm the averaged gradients are clipped to (BERT's is 1).
@@ -44,6 +52,13 @@ type Options struct {
 	// SparseAsDense allreduces the word embeddings' gradient dense with the others (Horovod's
 	// sparse_as_dense=True) instead of allgathering the rows the step's batches looked up.
 	SparseAsDense bool
+	// Op is how the ranks combine their gradients: horovod.Average (the zero value), or
+	// horovod.Adasum (Horovod's DistributedGradientTape(op=hvd.Adasum)), which applies the
+	// adaptive sum of the ranks' gradients, tensor by tensor, where Average applies their mean.
+	// Adasum implies SparseAsDense (the rows of the ranks' batches have no Adasum: Horovod
+	// refuses sparse gradients with it) and leaves the learning rate to the Schedule: Horovod's
+	// examples do not scale it by the number of ranks for Adasum on CPUs.
+	Op horovod.ReduceOp
 
 	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
 	// for no). The ranks agree on the request beside the step's gradients, so all of them stop
@@ -73,13 +88,13 @@ type Step struct {
 	LR         float64 // learning rate applied by the step
 	GlobalNorm float64 // global norm of the averaged gradients, before clipping
 	Accuracy   float64 // training accuracy of the step over all ranks
-	Examples   int     // examples trained on by the step, all ranks together
+	Examples   int     // examples trained on by the step, all ranks and accumulated batches together
 	Skipped    int64   // updates skipped so far for non-finite gradients
 }
 
 // Position is where a run starts: the global step the weights hold, the batches of training
-// data each rank drew before it (more than the steps when updates were skipped) and the
-// examples in them (Batches times the batch size of the runs that drew them; 0 for Batches
+// data each rank drew before it (AccumulationSteps per step, more when updates were skipped) and
+// the examples in them (Batches times the batch size of the runs that drew them; 0 for Batches
 // times this run's).
 type Position struct {
 	Step, Batches, Examples int64
@@ -149,8 +164,12 @@ func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, 
 		return nil, errors.New("trainer: no output directory (Options.Dir)")
 	case opts.BatchSize <= 0:
 		return nil, fmt.Errorf("trainer: batch size %d per rank, want at least 1", opts.BatchSize)
+	case opts.AccumulationSteps < 0:
+		return nil, fmt.Errorf("trainer: %d accumulation steps, want at least 1 (Options.AccumulationSteps)", opts.AccumulationSteps)
 	case opts.Schedule.TrainSteps <= 0:
 		return nil, errors.New("trainer: no schedule (Options.Schedule, from schedule.New)")
+	case opts.Op != horovod.Average && opts.Op != horovod.Adasum:
+		return nil, fmt.Errorf("trainer: gradients combined by %v, want Average or Adasum (Options.Op)", opts.Op)
 	case !(opts.ClipNorm > 0) || opts.ClipNorm > math.MaxFloat32:
 		// Checked here, not at the first step's Apply: after Start's broadcast, on every rank alike.
 		return nil, fmt.Errorf("trainer: clip norm %v, want a positive float32 (Options.ClipNorm; BERT's is 1)", opts.ClipNorm)
@@ -158,6 +177,7 @@ func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, 
 	if opts.Logf == nil {
 		opts.Logf = log.Printf
 	}
+	opts.AccumulationSteps = max(1, opts.AccumulationSteps)
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}

@@ -31,20 +31,21 @@ func (s *steps) Report(st trainer.Step) { *s = append(*s, st) }
 func (s *steps) Rate() float64          { return 1 }
 
 // A stop request ends Train after the step it arrived in, with that step's checkpoint; a new
-// trainer (a fresh model) starts from it, and the two runs together train every step once.
+// trainer (a fresh model) starts from it, and the two runs together train every step once: the
+// weights of one uninterrupted run (trainByHand's, or with 2 batches of 4 accumulated per step,
+// those of a Train that was not stopped). Each step draws AccumulationSteps batches.
 func TestStopThenResume(t *testing.T) {
 	hvd, err := horovod.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hvd.Shutdown()
-	sched, err := schedule.New(32, 8, 1, 0, 1e-3, 1)
+	sched, err := schedule.New(32, 8, 1, 0, 1e-3, 1) // 4 steps of 8 examples
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	dataOpts := tfrecord.DatasetOptions{ShuffleBuffer: 8, Seed: 1, Repeat: true}
-	run := func(stopAt int) (trainer.Position, trainer.Result, steps) {
+	run := func(dir string, accumulation, stopAt int) (trainer.Position, trainer.Result, steps) {
 		t.Helper()
 		model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
 		if err != nil {
@@ -59,8 +60,8 @@ func TestStopThenResume(t *testing.T) {
 			}
 			return nil
 		}
-		tr, from, data := started(t, hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8, ClipNorm: 1,
-			Stop: stop, Progress: &reported, Logf: t.Logf}, dataOpts)
+		tr, from, data := started(t, hvd, model, trainer.Options{Dir: dir, Schedule: sched, BatchSize: 8 / accumulation,
+			AccumulationSteps: accumulation, ClipNorm: 1, Stop: stop, Progress: &reported, Logf: t.Logf}, dataOpts)
 		start := time.Now()
 		res, err := tr.Train(data, from)
 		if err != nil {
@@ -77,38 +78,56 @@ func TestStopThenResume(t *testing.T) {
 		}
 		return from, res, reported
 	}
-
-	from, res, reported := run(2)
-	if from != (trainer.Position{}) || res.Step != 2 || res.Stopped != syscall.SIGINT || len(reported) != 2 {
-		t.Fatalf("first run: from %+v, result %+v, %d steps reported; want from 0, stopped by SIGINT after step 2", from, res, len(reported))
-	}
-	if _, step, ok, err := checkpoint.Latest(dir); !ok || step != 2 || err != nil {
-		t.Fatalf("latest checkpoint after the stop: step %d, ok %v, %v", step, ok, err)
-	}
-	from, res, reported = run(0)
-	if from != (trainer.Position{Step: 2, Batches: 2, Examples: 16}) || res.Step != 4 || res.Stopped != nil {
-		t.Fatalf("resumed run: from %+v, result %+v; want from step 2 to the schedule's 4", from, res)
-	}
-	for i, st := range reported {
-		if st.Step != int64(3+i) || st.Examples != 8 || !(st.Loss > 0) || st.LR != sched.LearningRate(int64(2+i)) {
-			t.Errorf("resumed run's report %d: %+v", i, st)
+	latestWeights := func(dir string) *bertgraph.Model {
+		final, _, _, err := checkpoint.Latest(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+		model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { model.Close() })
+		if err := model.Restore(final); err != nil {
+			t.Fatal(err)
+		}
+		return model
 	}
-	// The two runs trained the weights of one uninterrupted run: the resumed one continued the
-	// data after the batches the first drew.
-	final, _, _, err := checkpoint.Latest(dir)
-	if err != nil {
-		t.Fatal(err)
+
+	for _, accumulation := range []int{1, 2} {
+		t.Run(fmt.Sprint("accumulation=", accumulation), func(t *testing.T) {
+			dir := t.TempDir()
+			from, res, reported := run(dir, accumulation, 2)
+			if from != (trainer.Position{}) || res.Step != 2 || res.Stopped != syscall.SIGINT || len(reported) != 2 {
+				t.Fatalf("first run: from %+v, result %+v, %d steps reported; want from 0, stopped by SIGINT after step 2", from, res, len(reported))
+			}
+			if _, step, ok, err := checkpoint.Latest(dir); !ok || step != 2 || err != nil {
+				t.Fatalf("latest checkpoint after the stop: step %d, ok %v, %v", step, ok, err)
+			}
+			from, res, reported = run(dir, accumulation, 0)
+			if want := (trainer.Position{Step: 2, Batches: 2 * int64(accumulation), Examples: 16}); from != want || res.Step != 4 || res.Stopped != nil {
+				t.Fatalf("resumed run: from %+v, result %+v; want from %+v to the schedule's step 4", from, res, want)
+			}
+			for i, st := range reported {
+				if st.Step != int64(3+i) || st.Examples != 8 || !(st.Loss > 0) || st.LR != sched.LearningRate(int64(2+i)) {
+					t.Errorf("resumed run's report %d: %+v", i, st)
+				}
+			}
+			// The resumed run continued the data after the batches the first drew.
+			if accumulation == 1 {
+				checkWeights(t, latestWeights(dir), trainByHand(t, dataOpts, sched, 0, 1))
+				return
+			}
+			uninterrupted := t.TempDir()
+			run(uninterrupted, accumulation, 0)
+			whole := latestWeights(uninterrupted)
+			want := whole.NewFlatTensors()
+			if err := whole.ReadVariables(want); err != nil {
+				t.Fatal(err)
+			}
+			checkWeights(t, latestWeights(dir), want)
+		})
 	}
-	model, err := bertgraph.Load(tinyModel, bertgraph.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	if err := model.Restore(final); err != nil {
-		t.Fatal(err)
-	}
-	checkWeights(t, model, trainByHand(t, dataOpts, sched, 0, 1))
 }
 
 // Start resumes at the batches the checkpoint's input position says were drawn, not at its
@@ -196,6 +215,18 @@ func TestBadClipNormAndEndingData(t *testing.T) {
 	res, err := tr.Train(data, from)
 	if !errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "ended at step 4 of 8") || !strings.Contains(err.Error(), "Repeat") || res.Step != 4 {
 		t.Errorf("Train over data read once: step %d, %v; want io.EOF at step 4 of 8, naming Repeat", res.Step, err)
+	}
+}
+
+// New takes Average and Adasum and refuses the other ops, naming the option: a Sum would apply
+// size times the step, a Max no gradient at all.
+func TestNewRefusesOpsOtherThanAverageAndAdasum(t *testing.T) {
+	hvd, model, sched := tinyRun(t, 1, 1e-3)
+	for _, op := range []horovod.ReduceOp{horovod.Average, horovod.Adasum, horovod.Sum, horovod.Max, horovod.Product} {
+		_, err := trainer.New(hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1, Op: op})
+		if ok := op == horovod.Average || op == horovod.Adasum; ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "Options.Op") {
+			t.Errorf("Op %v: %v; want an error naming Options.Op for all but Average and Adasum", op, err)
+		}
 	}
 }
 

@@ -33,6 +33,7 @@ type Config struct {
 	MaxSeqLength         int
 	KeepTailTokens       int // gorovod: head+tail truncation (features.Converter.WithTailTokens)
 	TrainBatchSize       int
+	NumAccumulationSteps int // NVIDIA BERT's: batches whose gradients a rank sums per update
 	EvalBatchSize        int
 	PredictBatchSize     int
 	LearningRate         float64
@@ -64,6 +65,7 @@ type Config struct {
 	AllreduceBackend   string // auto, mpi or nccl
 	Compression        string // none, fp16 or bf16: the allreduce's wire type (--use_fp16 is fp16)
 	SparseAsDense      bool
+	UseAdasum          bool
 	SavedModel         string
 	ExportDir          string
 	Seed               int64
@@ -135,6 +137,7 @@ func runClassifierDefaults() Config {
 		DoLowerCase:               true,
 		MaxSeqLength:              128,
 		TrainBatchSize:            32,
+		NumAccumulationSteps:      1,
 		EvalBatchSize:             8,
 		PredictBatchSize:          8,
 		LearningRate:              5e-5,
@@ -271,9 +274,10 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.Var(&exportDefault[int]{dst: &c.MaxSeqLength}, "max_seq_length", "The maximum total input sequence `length` after WordPiece tokenization; must match --saved_model (default: the export's, else 128).")
 	fs.IntVar(&c.KeepTailTokens, "keep_tail_tokens", c.KeepTailTokens, "Of a text longer than max_seq_length-2 tokens, keep the last N tokens with the first max_seq_length-2-N (head+tail truncation, Sun et al. 2019: a long review ends with its verdict); 0 keeps the head alone, as BERT. Pairs are truncated longest-first, as run_classifier.")
 	fs.IntVar(&c.TrainBatchSize, "train_batch_size", c.TrainBatchSize, "Batch size for training, per rank.")
+	fs.IntVar(&c.NumAccumulationSteps, "num_accumulation_steps", c.NumAccumulationSteps, "Number of batches whose gradients each rank sums before an update (NVIDIA BERT's flag, Horovod's backward_passes_per_step): global batch size = train_batch_size x num_accumulation_steps x ranks.")
 	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
 	fs.IntVar(&c.PredictBatchSize, "predict_batch_size", c.PredictBatchSize, "Batch size for predict.")
-	fs.Float64Var(&c.LearningRate, "learning_rate", c.LearningRate, "The initial learning rate for Adam, per rank: the run uses it times the number of ranks.")
+	fs.Float64Var(&c.LearningRate, "learning_rate", c.LearningRate, "The initial learning rate for Adam, per rank: the run uses it times the number of ranks (as it is with --use_adasum).")
 	fs.Float64Var(&c.NumTrainEpochs, "num_train_epochs", c.NumTrainEpochs, "Total number of training epochs to perform.")
 	fs.Float64Var(&c.WarmupProportion, "warmup_proportion", c.WarmupProportion, "Proportion of training to perform linear learning rate warmup for.")
 	fs.StringVar(&c.OutputDir, "output_dir", c.OutputDir, "The output directory where the model checkpoints will be written (rank r > 0 writes to output_dir/r).")
@@ -297,6 +301,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (each rank's GPU), or auto (nccl when every rank of a multi-rank job has a GPU and NCCL, else mpi).")
 	fs.StringVar(&c.Compression, "compression", c.Compression, "How the gradients cross the wire in the allreduce: none (float32), fp16 (Horovod's Compression.fp16, as --use_fp16) or bf16 (bfloat16: fp16's bytes, float32's range, 8 significant bits instead of 11).")
 	fs.BoolVar(&c.SparseAsDense, "sparse_as_dense", c.SparseAsDense, "Allreduce the word embeddings' gradient dense with the others (Horovod's sparse_as_dense=True) instead of allgathering the rows each step's batches look up (Horovod's default for such a gradient).")
+	fs.BoolVar(&c.UseAdasum, "use_adasum", c.UseAdasum, "Combine the ranks' gradients with Adasum (Horovod's op=hvd.Adasum, its examples' --use-adasum) instead of averaging them: the word embeddings' gradient dense with the others, the learning rate not scaled by the number of ranks.")
 	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
 	fs.StringVar(&c.ExportDir, "export_dir", c.ExportDir, "Where rank 0 exports the serving SavedModel of the final weights (default output_dir/export; \"none\" skips).")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")
@@ -495,6 +500,7 @@ func (c *Config) check() error {
 	}
 	if c.DoTrain {
 		batchTokens("train_batch_size", c.TrainBatchSize)
+		positive("num_accumulation_steps", c.NumAccumulationSteps)
 		finitePositive("learning_rate", c.LearningRate)
 		finitePositive("num_train_epochs", c.NumTrainEpochs)
 		finitePositive("clip_norm", c.ClipNorm)

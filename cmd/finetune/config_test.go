@@ -74,6 +74,7 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_train", "--use_tpu"}, "--use_tpu"},
 		{[]string{"--do_train", "--warmup_proportion=1.5"}, "--warmup_proportion 1.5"},
 		{[]string{"--do_train", "--train_batch_size=0"}, "--train_batch_size 0 must be positive"},
+		{[]string{"--do_train", "--num_accumulation_steps=0"}, "--num_accumulation_steps 0 must be positive"},
 		{[]string{"--do_train", "--learning_rate=-1"}, "--learning_rate -1"},
 		{[]string{"--do_train", "--num_train_epochs=inf"}, "--num_train_epochs +Inf must be a finite positive number"},
 		// Finite in float64, infinite in the model's float32.

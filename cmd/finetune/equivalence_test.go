@@ -136,6 +136,37 @@ func TestTwoRanksEqualOneRankWithDoubleBatch(t *testing.T) {
 	}
 }
 
+// With dropout off, --num_accumulation_steps=a trains as a batch a times as large: each step
+// applies the mean gradient of the a batches, at the learning rate of the global batch's
+// schedule. 1 rank x 2b against 1 rank x b accumulated twice (the rank's two batches are the
+// 2b examples in file order) and against 2 ranks x b/2 accumulated twice (with the ranks'
+// shards, the same 2b examples per step). Losses and every saved variable within 1e-5, as
+// TestTwoRanksEqualOneRankWithDoubleBatch's (the batch shapes differ, so the rounding does);
+// the step count is the schedule's for the global batch.
+func TestAccumulatedBatchesTrainAsOneBatchAsLarge(t *testing.T) {
+	const b, steps = equivalenceBatch, equivalenceSteps
+	train := equivalenceRunner(t)
+	one, _ := train(1, "one")
+	runs := []string{one}
+	for _, ranks := range []int{1, 2} {
+		dir, log := train(ranks, fmt.Sprintf("accumulated-%d", ranks), fmt.Sprintf("--train_batch_size=%d", 2*b/ranks/2), "--num_accumulation_steps=2")
+		if want := fmt.Sprintf("batch = %d per rank x 2 accumulated x %d ranks, steps = %d,", 2*b/ranks/2, ranks, steps); !strings.Contains(log, want) {
+			t.Fatalf("the log does not say %q:\n%s", want, log)
+		}
+		runs = append(runs, dir)
+	}
+	for i, got := range diffRuns(t, runs...) {
+		t.Logf("%d rank(s), 2 batches accumulated: %+v", i+1, got)
+		if got.Steps != steps || got.Variables < 3*40 {
+			t.Fatalf("compared %d steps and %d variables, want %d steps and every variable with its slots", got.Steps, got.Variables, steps)
+		}
+		if got.MaxLossDiff > 1e-5 || got.MaxWeightDiff > 1e-5 {
+			t.Errorf("%d rank(s) x 2 accumulated batches differ from 1 rank x batch %d: loss by %g, weights by %g (bound 1e-5; %s)",
+				i+1, 2*b, got.MaxLossDiff, got.MaxWeightDiff, testenv.CPU())
+		}
+	}
+}
+
 const (
 	fp16LossBound          = 1e-3
 	fp16MeanWeightFraction = 0.005

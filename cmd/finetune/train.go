@@ -56,12 +56,24 @@ func (j *job) train() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	sched, err := schedule.New(int(examples), c.TrainBatchSize, c.NumTrainEpochs, c.WarmupProportion, c.LearningRate, j.size)
+	sched, err := schedule.New(int(examples), c.TrainBatchSize*c.NumAccumulationSteps, c.NumTrainEpochs, c.WarmupProportion, c.LearningRate, j.size)
 	if err != nil {
 		return 0, err
 	}
-	j.console.infof("***** Running training *****  examples = %d (%d skipped), batch = %d per rank x %d ranks, steps = %d, warmup = %d, peak learning rate = %g",
-		examples, skipped, c.TrainBatchSize, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
+	op := horovod.Average
+	if c.UseAdasum {
+		// Horovod's examples scale the learning rate by the number of ranks for Average
+		// only (lr_scaler = 1 with --use-adasum on CPUs): Adasum of orthogonal gradients is
+		// their sum, of equal ones their mean, so it already grows the step with the ranks
+		// where they disagree.
+		op, sched.PeakLR = horovod.Adasum, c.LearningRate
+	}
+	accumulated := ""
+	if c.NumAccumulationSteps > 1 {
+		accumulated = fmt.Sprintf(" x %d accumulated", c.NumAccumulationSteps)
+	}
+	j.console.infof("***** Running training *****  examples = %d (%d skipped), batch = %d per rank%s x %d ranks, steps = %d, warmup = %d, peak learning rate = %g",
+		examples, skipped, c.TrainBatchSize, accumulated, j.size, sched.TrainSteps, sched.WarmupSteps, sched.PeakLR)
 
 	compression, err := c.compression()
 	if err != nil {
@@ -69,9 +81,9 @@ func (j *job) train() (int64, error) {
 	}
 	t, err := trainer.New(j.hvd, j.model, trainer.Options{
 		Dir: j.in.rankDir, Checkpoints: j.ckpts, SaveCheckpointsSteps: c.SaveCheckpointsSteps, InitCheckpoint: c.InitCheckpoint,
-		Schedule: sched, BatchSize: c.TrainBatchSize, Seed: c.Seed, ClipNorm: c.ClipNorm, Compression: compression,
-		SparseAsDense: c.SparseAsDense,
-		Stop:          j.stop.requested, Progress: j.console, Logf: j.console.logf,
+		Schedule: sched, BatchSize: c.TrainBatchSize, AccumulationSteps: c.NumAccumulationSteps, Seed: c.Seed, ClipNorm: c.ClipNorm, Compression: compression,
+		SparseAsDense: c.SparseAsDense, Op: op,
+		Stop: j.stop.requested, Progress: j.console, Logf: j.console.logf,
 	})
 	if err != nil {
 		return 0, err
@@ -98,7 +110,7 @@ func (j *job) train() (int64, error) {
 	err = forgetDamagedCache(err, path, j.in.train)
 	j.lossScale = res.LossScale
 	if j.rank == 0 && err == nil {
-		j.console.bar.Done(res.Step, (res.Step-from.Step)*int64(c.TrainBatchSize*j.size))
+		j.console.bar.Done(res.Step, (res.Step-from.Step)*int64(c.TrainBatchSize*c.NumAccumulationSteps*j.size))
 		j.console.bar = nil
 		if p := res.Phases.PerStep(); res.Phases.Steps > 0 {
 			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
