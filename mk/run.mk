@@ -15,6 +15,10 @@
 #   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
 #                        a CPU without AVX512-BF16 or AMX): both dev accuracies and their difference,
 #                        which must stay within 0.01; two full trainings, so not part of `make bench`
+#   make bench-adasum-accuracy  the default task on 2 ranks averaging its gradients and with
+#                        --use_adasum: both dev accuracies and their difference, which must stay
+#                        within 0.02 (two standard errors over 1,000 dev reviews); two full
+#                        trainings, so not part of `make bench`
 #
 # The end-to-end tests (equivalence, kill/resume, SIGINT, bad setups) are Go tests of
 # ./cmd/finetune and run in `make test`'s go-test.
@@ -30,7 +34,7 @@ FINETUNE_MPIRUN := $(MPIRUN)
 # checkpoints, while a failed job ends within about 2 s (docs/faults.md).
 FINETUNE_LAUNCH := $(GOROVODRUN_BIN) --oversubscribe
 
-.PHONY: run finetune-bin bench-finetune bench-amp bench-amp-accuracy
+.PHONY: run finetune-bin bench-finetune bench-amp bench-amp-accuracy bench-adasum-accuracy
 finetune-bin: setup
 	$(GO) build -o $(FINETUNE_BIN) ./cmd/finetune
 
@@ -54,3 +58,7 @@ bench-amp: setup data finetune-bin
 bench-amp-accuracy: setup data
 	cd $(ROOT) && GOROVOD_AMP_ACCURACY=1 TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -count=1 -timeout 120m \
 	  -run '^TestDefaultTaskAccuracyWithAndWithoutAMP$$' -v ./cmd/finetune
+
+bench-adasum-accuracy: setup data
+	cd $(ROOT) && GOROVOD_ADASUM_ACCURACY=1 TF_CPP_MIN_LOG_LEVEL=2 $(GO) test -count=1 -timeout 120m \
+	  -run '^TestDefaultTaskAccuracyWithAndWithoutAdasum$$' -v ./cmd/finetune
