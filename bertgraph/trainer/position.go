@@ -27,6 +27,9 @@ type inputPosition struct {
 	// whose examples are Batches times the batch size of the run that reads them.
 	Examples  int64 `json:"examples,omitempty"`
 	BatchSize int   `json:"batch_size,omitempty"`
+	// AccumulationSteps is the number of batches a step of the saving run summed; 0 in files
+	// written before accumulation existed, whose runs summed 1.
+	AccumulationSteps int `json:"accumulation_steps,omitempty"`
 	// Ranks is the number of ranks that drew them, each from its own shard; 0 (unknown) in
 	// files written before it was recorded.
 	Ranks int `json:"ranks,omitempty"`
@@ -106,16 +109,26 @@ func sizeChangeWarning(prefix string, pos inputPosition, ranks int, examples int
 		"(each rank skips %d examples of its new shard)", prefix, pos.Ranks, ranks, examples)
 }
 
-// batchChangeWarning is what a run of batch size batchSize per rank logs when it resumes from
-// the checkpoint prefix saved at another ("" when they are equal, or the saved one is unknown):
-// like Estimator, it goes on from the global step, and the steps and the learning rate follow
-// the new batch size; the data continues after the examples each rank drew.
-func batchChangeWarning(prefix string, pos inputPosition, batchSize int) string {
-	if pos.BatchSize == 0 || pos.BatchSize == batchSize {
+// batchChangeWarning is what a run of batch size batchSize per rank, accumulation batches a
+// step, logs when it resumes from the checkpoint prefix saved at another ("" when they are
+// equal, or the saved batch size is unknown): like Estimator, it goes on from the global step,
+// and the steps and the learning rate follow the new size; the data continues after the
+// examples each rank drew.
+func batchChangeWarning(prefix string, pos inputPosition, batchSize, accumulation int) string {
+	saved := max(1, pos.AccumulationSteps)
+	if pos.BatchSize == 0 || pos.BatchSize == batchSize && saved == accumulation {
 		return ""
 	}
-	return fmt.Sprintf("warning: %s was saved by a run of batch size %d per rank, this one has %d: the steps and the learning rate follow the new size, "+
-		"and each rank's data continues after the %d examples it drew", prefix, pos.BatchSize, batchSize, pos.examples(batchSize))
+	return fmt.Sprintf("warning: %s was saved by a run of batch size %s per rank, this one has %s: the steps and the learning rate follow the new size, "+
+		"and each rank's data continues after the %d examples it drew", prefix, stepBatch(pos.BatchSize, saved), stepBatch(batchSize, accumulation), pos.examples(batchSize))
+}
+
+// stepBatch names a rank's batch of a step: its size, and the batches accumulated if several.
+func stepBatch(batchSize, accumulation int) string {
+	if accumulation == 1 {
+		return fmt.Sprint(batchSize)
+	}
+	return fmt.Sprintf("%d x %d accumulated", batchSize, accumulation)
 }
 
 // updatePosition brings the input position of the latest checkpoint up to drawn batches: an

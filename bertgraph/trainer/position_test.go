@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -130,7 +131,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if got, want := continued(t, rp), uninterrupted[drawn:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
 		}
-		if w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1, rp.examples(batchSize)) + batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize); w != "" {
+		if w := sizeChangeWarning(rp.Prefix, rp.inputPosition, 1, rp.examples(batchSize)) + batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize, 1); w != "" {
 			t.Errorf("resuming at the same size warns: %s", w)
 		}
 	})
@@ -156,7 +157,7 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if got, want := continued(t, rp), uninterrupted[step:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe uninterrupted one on\n%v", got, want)
 		}
-		if rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 3, 0)+batchChangeWarning(rp.Prefix, rp.inputPosition, 5) != "" {
+		if rp.Ranks != 0 || sizeChangeWarning(rp.Prefix, rp.inputPosition, 3, 0)+batchChangeWarning(rp.Prefix, rp.inputPosition, 5, 2) != "" {
 			t.Errorf("an unknown size: %+v", rp)
 		}
 	})
@@ -204,9 +205,28 @@ func TestResumeContinuesTheDataAfterSkippedSteps(t *testing.T) {
 		if got := batchGUIDs(t, ds, batchSize, 3); !reflect.DeepEqual(got, want) {
 			t.Errorf("the resumed run trains on\n%v\nthe examples after the 7 drawn are\n%v", got, want)
 		}
-		w := batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize)
+		w := batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize, 1)
 		if want := p + " was saved by a run of batch size 1 per rank, this one has 3"; !strings.Contains(w, want) || !strings.Contains(w, "after the 7 examples it drew") {
 			t.Errorf("warning %q", w)
+		}
+	})
+	// The same batch size, other accumulation: the step's batch changed, and the warning says
+	// how; a file from before accumulation was recorded (0) is a run of 1.
+	t.Run("saved with other accumulation: a warning naming both", func(t *testing.T) {
+		ckpts, p := saveStep(t, withInputPosition(fakeModel, inputPosition{Batches: 2 * step, Examples: 2 * step * batchSize, BatchSize: batchSize, AccumulationSteps: 2, Ranks: 1}))
+		rp := resumeAt(t, ckpts)
+		if rp.AccumulationSteps != 2 || rp.examples(batchSize) != 2*step*batchSize {
+			t.Fatalf("resume point %+v", rp)
+		}
+		w := batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize, 1)
+		if want := fmt.Sprintf("%s was saved by a run of batch size %d x 2 accumulated per rank, this one has %d:", p, batchSize, batchSize); !strings.Contains(w, want) {
+			t.Errorf("warning %q does not say %q", w, want)
+		}
+		if w := batchChangeWarning(rp.Prefix, rp.inputPosition, batchSize, 2); w != "" {
+			t.Errorf("the same accumulation warns: %s", w)
+		}
+		if w := batchChangeWarning(rp.Prefix, inputPosition{Batches: step, BatchSize: batchSize}, batchSize, 1); w != "" {
+			t.Errorf("a file without accumulation, resumed without it, warns: %s", w)
 		}
 	})
 	t.Run("a damaged position file is an error naming it", func(t *testing.T) {

@@ -59,7 +59,7 @@ func (t *Trainer) Start() (Position, error) {
 		t.infof("resuming from %s at step %d", prefix, resume.Step)
 		examples := resume.examples(t.opts.BatchSize)
 		for _, w := range []string{sizeChangeWarning(prefix, resume.inputPosition, t.size, examples),
-			batchChangeWarning(prefix, resume.inputPosition, t.opts.BatchSize)} {
+			batchChangeWarning(prefix, resume.inputPosition, t.opts.BatchSize, t.opts.AccumulationSteps)} {
 			if w != "" {
 				t.infof("%s", w)
 			}
@@ -417,7 +417,7 @@ func (c *phaseClock) lap(phase *time.Duration) {
 // saveCheckpoint saves the model and optimizer state of global step step, with the batches and
 // examples drawn so far (see positionSuffix).
 func (t *Trainer) saveCheckpoint(step int64, drawn inputPosition) error {
-	drawn.BatchSize, drawn.Ranks = t.opts.BatchSize, t.size
+	drawn.BatchSize, drawn.AccumulationSteps, drawn.Ranks = t.opts.BatchSize, t.opts.AccumulationSteps, t.size
 	if t.ckpts.IsLatest(step) { // the final save coincides with a periodic one or the resumed one
 		return t.updatePosition(drawn)
 	}

@@ -101,8 +101,14 @@ func TestStopThenResume(t *testing.T) {
 			if from != (trainer.Position{}) || res.Step != 2 || res.Stopped != syscall.SIGINT || len(reported) != 2 {
 				t.Fatalf("first run: from %+v, result %+v, %d steps reported; want from 0, stopped by SIGINT after step 2", from, res, len(reported))
 			}
-			if _, step, ok, err := checkpoint.Latest(dir); !ok || step != 2 || err != nil {
+			prefix, step, ok, err := checkpoint.Latest(dir)
+			if !ok || step != 2 || err != nil {
 				t.Fatalf("latest checkpoint after the stop: step %d, ok %v, %v", step, ok, err)
+			}
+			// Its input position names the step's batches, for a resume with other ones to warn.
+			pos, err := os.ReadFile(prefix + ".input_position.json")
+			if want := fmt.Sprintf(`"batch_size":%d,"accumulation_steps":%d,`, 8/accumulation, accumulation); err != nil || !strings.Contains(string(pos), want) {
+				t.Errorf("input position %s (%v), want it to say %s", pos, err, want)
 			}
 			from, res, reported = run(dir, accumulation, 0)
 			if want := (trainer.Position{Step: 2, Batches: 2 * int64(accumulation), Examples: 16}); from != want || res.Step != 4 || res.Stopped != nil {
