@@ -170,7 +170,12 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	// variables are, the rest still lies back to back and is reduced in place in one call.
 	var rows *lookedUpRows
 	emb, lookedUp := t.model.LookedUpRows()
-	if adasum && t.size > 1 {
+	var updates *adasumUpdates
+	switch {
+	case o.AdasumUpdates:
+		updates = &adasumUpdates{model: t.model, before: t.model.NewFlatTensors()}
+		t.infof("Adasum combines the ranks' weight updates: each rank steps AdamWeightDecay on its own gradients, with its own slots")
+	case adasum && t.size > 1:
 		t.infof("Adasum combines the gradients, the word embeddings' dense with the others")
 	}
 	if lookedUp && !o.SparseAsDense && !adasum && t.size > 1 {
@@ -202,8 +207,10 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	}
 	// Beside the gradients, every step agrees on two small tensors: the step's statistics, summed
 	// over the ranks, and the stop request, the largest signal number any rank received.
-	localStats := make([]float64, 3) // this rank's loss, correct predictions, examples
-	localStop := make([]int32, 1)    // the signal this rank received, 0 for none
+	// The statistics: this rank's loss, correct predictions and examples, and 1 when its own
+	// step would be skipped (AdasumUpdates: gradients not finite).
+	localStats := make([]float64, 4)
+	localStop := make([]int32, 1) // the signal this rank received, 0 for none
 	localStatsTensor, _ := horovod.NewTensor(nil, localStats)
 	localStopTensor, _ := horovod.NewTensor(nil, localStop)
 	var skipped, consecutive int64
@@ -256,6 +263,11 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 				localStop[0] = int32(sig)
 			}
 		}
+		// The mean over the step's batches: the accumulated sum over accumulation.
+		scale := float32(reducer.GradientScale() / float64(accumulation))
+		if updates != nil && updates.skips(grads.Data, scale) {
+			localStats[3] = 1
+		}
 		// The statistics travel beside the gradients: submitted first, they negotiate in the
 		// same cycle as the reducer's tensors.
 		statsPending, err := t.hvd.AllreduceAsync("trainer/step_stats", localStatsTensor, horovod.AllreduceOptions{Op: horovod.Sum})
@@ -266,48 +278,65 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		if err != nil {
 			return Result{Step: step, LossScale: lossScale}, err
 		}
-		var rowIndices, rowValues *horovod.Handle
-		if rows != nil {
-			ids := batch.InputIDs
-			if accumulation > 1 {
-				ids = stepIDs
-			}
-			if err := rows.collect(ids, grads.Parts[emb]); err != nil {
-				return Result{Step: step, LossScale: lossScale}, err
-			}
-			indices, values := rows.tensors()
-			if rowIndices, err = t.hvd.AllgatherAsync("trainer/word_embeddings/indices", indices); err != nil {
-				return Result{Step: step, LossScale: lossScale}, err
-			}
-			if rowValues, err = t.hvd.AllgatherAsync("trainer/word_embeddings/rows", values); err != nil {
-				return Result{Step: step, LossScale: lossScale}, err
-			}
-		}
-		if _, _, err := reducer.Reduce(named); err != nil {
-			return Result{Step: step, LossScale: lossScale}, err
-		}
-		if rows != nil {
-			// The Reducer's results times its GradientScale are the average: the rows' sum
-			// times 1/(size x GradientScale) is what the Reducer would have returned for them.
-			scale := float32(1 / (float64(t.size) * reducer.GradientScale()))
-			if err := t.sumRows(rows, grads.Parts[emb], rowIndices, rowValues, scale); err != nil {
-				return Result{Step: step, LossScale: lossScale}, err
-			}
-		}
-		totalStats, err := statsPending.Wait()
-		if err != nil {
-			return Result{Step: step, LossScale: lossScale}, err
-		}
-		agreedStop, err := stopPending.Wait()
-		if err != nil {
-			return Result{Step: step, LossScale: lossScale}, err
-		}
-		clock.lap(&phases.Allreduce)
 		lr := o.Schedule.LearningRate(step)
-		// The mean over the step's batches: the accumulated sum over accumulation.
-		res, err := t.model.Apply(grads, float32(reducer.GradientScale()/float64(accumulation)), float32(lr), float32(o.ClipNorm))
-		if err != nil {
-			return Result{Step: step, LossScale: lossScale}, err
+		var totalStats, agreedStop horovod.Tensor
+		var res bertgraph.ApplyResult
+		if updates != nil {
+			// The ranks agree on skipping before any of them steps.
+			if totalStats, err = statsPending.Wait(); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			if agreedStop, err = stopPending.Wait(); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			clock.lap(&phases.Allreduce)
+			res = bertgraph.ApplyResult{GlobalStep: step, GlobalNorm: float32(math.NaN()), LossScale: 1}
+			if totals, _ := horovod.Values[float64](totalStats); totals[3] == 0 {
+				if res, err = updates.step(grads, named, reducer, scale, float32(lr), float32(o.ClipNorm), t.rank, &phases, clock); err != nil {
+					return Result{Step: step, LossScale: lossScale}, err
+				}
+			}
+		} else {
+			var rowIndices, rowValues *horovod.Handle
+			if rows != nil {
+				ids := batch.InputIDs
+				if accumulation > 1 {
+					ids = stepIDs
+				}
+				if err := rows.collect(ids, grads.Parts[emb]); err != nil {
+					return Result{Step: step, LossScale: lossScale}, err
+				}
+				indices, values := rows.tensors()
+				if rowIndices, err = t.hvd.AllgatherAsync("trainer/word_embeddings/indices", indices); err != nil {
+					return Result{Step: step, LossScale: lossScale}, err
+				}
+				if rowValues, err = t.hvd.AllgatherAsync("trainer/word_embeddings/rows", values); err != nil {
+					return Result{Step: step, LossScale: lossScale}, err
+				}
+			}
+			if _, _, err := reducer.Reduce(named); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			if rows != nil {
+				// The Reducer's results times its GradientScale are the average: the rows' sum
+				// times 1/(size x GradientScale) is what the Reducer would have returned for them.
+				rowScale := float32(1 / (float64(t.size) * reducer.GradientScale()))
+				if err := t.sumRows(rows, grads.Parts[emb], rowIndices, rowValues, rowScale); err != nil {
+					return Result{Step: step, LossScale: lossScale}, err
+				}
+			}
+			totalStats, err = statsPending.Wait()
+			if err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			agreedStop, err = stopPending.Wait()
+			if err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
+			clock.lap(&phases.Allreduce)
+			if res, err = t.model.Apply(grads, scale, float32(lr), float32(o.ClipNorm)); err != nil {
+				return Result{Step: step, LossScale: lossScale}, err
+			}
 		}
 		clock.lap(&phases.Apply)
 		if phases.Steps == 0 && !pastFirst { // said once, for the first step

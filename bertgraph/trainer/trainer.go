@@ -59,6 +59,14 @@ type Options struct {
 	// refuses sparse gradients with it) and leaves the learning rate to the Schedule: Horovod's
 	// examples do not scale it by the number of ranks for Adasum on CPUs.
 	Op horovod.ReduceOp
+	// AdasumUpdates, with Op Adasum, combines the ranks' weight updates instead of their
+	// gradients: every rank takes an AdamWeightDecay step of its own (its own gradients clipped,
+	// its own slots), and the weights become those before it plus the Adasum of the ranks'
+	// changes, as Horovod's DistributedOptimizer(op=hvd.Adasum) does with a TensorFlow 1
+	// optimizer. The ranks agree on skipping a step before any takes it; rank 0's slots are the
+	// ones checkpointed (and broadcast on resume). Each step reads the weights twice and assigns
+	// them once. Not with float16 compute (its loss scale is Apply's to keep).
+	AdasumUpdates bool
 
 	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
 	// for no). The ranks agree on the request beside the step's gradients, so all of them stop
@@ -170,6 +178,10 @@ func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, 
 		return nil, errors.New("trainer: no schedule (Options.Schedule, from schedule.New)")
 	case opts.Op != horovod.Average && opts.Op != horovod.Adasum:
 		return nil, fmt.Errorf("trainer: gradients combined by %v, want Average or Adasum (Options.Op)", opts.Op)
+	case opts.AdasumUpdates && opts.Op != horovod.Adasum:
+		return nil, errors.New("trainer: AdasumUpdates needs Op Adasum")
+	case opts.AdasumUpdates && model.Precision() == bertgraph.Float16:
+		return nil, errors.New("trainer: AdasumUpdates with float16 compute is not built (its dynamic loss scale needs every rank's Apply to see the skipped steps)")
 	case !(opts.ClipNorm > 0) || opts.ClipNorm > math.MaxFloat32:
 		// Checked here, not at the first step's Apply: after Start's broadcast, on every rank alike.
 		return nil, fmt.Errorf("trainer: clip norm %v, want a positive float32 (Options.ClipNorm; BERT's is 1)", opts.ClipNorm)

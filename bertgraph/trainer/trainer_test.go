@@ -236,6 +236,30 @@ func TestNewRefusesOpsOtherThanAverageAndAdasum(t *testing.T) {
 	}
 }
 
+// With AdasumUpdates the ranks agree on skipping a step before any takes it: a run whose
+// weights blow up (learning rate 1e30) skips every step once its gradients are not finite,
+// with the skip logged, and ends as diverged after 100, as a run combining gradients does; no
+// rank's own Apply meets the non-finite gradients. AdasumUpdates needs Op Adasum.
+func TestAdasumUpdatesSkipNonFiniteSteps(t *testing.T) {
+	hvd, model, sched := tinyRun(t, 1, 1e30)
+	opts := trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1e30, AdasumUpdates: true}
+	if _, err := trainer.New(hvd, model, opts); err == nil || !strings.Contains(err.Error(), "AdasumUpdates needs Op Adasum") {
+		t.Errorf("AdasumUpdates with Average: %v", err)
+	}
+	opts.Op = horovod.Adasum
+	skips := 0
+	opts.Logf = func(format string, args ...any) {
+		if strings.Contains(fmt.Sprintf(format, args...), "skipped on every rank: gradients not finite") {
+			skips++
+		}
+	}
+	tr, from, data := started(t, hvd, model, opts, tfrecord.DatasetOptions{Repeat: true})
+	_, err := tr.Train(data, from)
+	if err == nil || !strings.Contains(err.Error(), "not finite for 100 steps in a row") || skips < 100 {
+		t.Fatalf("Train: %v after %d skips logged; want the divergence after 100 skipped steps", err, skips)
+	}
+}
+
 // A run whose updates are skipped (gradients not finite: here a learning rate that blows the
 // weights up) writes one TensorBoard point a step, not one per skipped update at the step
 // that did not advance, and its file starts with the SessionLog START of its first step. Its

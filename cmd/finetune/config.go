@@ -65,7 +65,7 @@ type Config struct {
 	AllreduceBackend   string // auto, mpi or nccl
 	Compression        string // none, fp16 or bf16: the allreduce's wire type (--use_fp16 is fp16)
 	SparseAsDense      bool
-	UseAdasum          bool
+	UseAdasum          string // "" (average), "gradients" or "updates": what Adasum combines
 	SavedModel         string
 	ExportDir          string
 	Seed               int64
@@ -185,6 +185,33 @@ func (l labelsFlag) Set(s string) error {
 	return nil
 }
 
+// adasumFlag is --use_adasum: a boolean flag (--use_adasum alone is gradients, false is "") that
+// also takes gradients or updates.
+type adasumFlag struct{ dst *string }
+
+func (a adasumFlag) String() string {
+	if a.dst == nil || *a.dst == "" {
+		return "false"
+	}
+	return *a.dst
+}
+
+func (a adasumFlag) Set(s string) error {
+	switch lower := strings.ToLower(s); lower {
+	case "true", "t", "1", "gradients": // absl's spellings of true
+		*a.dst = "gradients"
+	case "false", "f", "0":
+		*a.dst = ""
+	case "updates":
+		*a.dst = lower
+	default:
+		return errors.New("want true (gradients), false or updates")
+	}
+	return nil
+}
+
+func (a adasumFlag) IsBoolFlag() bool { return true }
+
 // ampFlag is --amp: a boolean flag (--amp alone is --amp=true) that also takes bf16 or fp16.
 type ampFlag struct{ dst *string }
 
@@ -301,7 +328,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (each rank's GPU), or auto (nccl when every rank of a multi-rank job has a GPU and NCCL, else mpi).")
 	fs.StringVar(&c.Compression, "compression", c.Compression, "How the gradients cross the wire in the allreduce: none (float32), fp16 (Horovod's Compression.fp16, as --use_fp16) or bf16 (bfloat16: fp16's bytes, float32's range, 8 significant bits instead of 11).")
 	fs.BoolVar(&c.SparseAsDense, "sparse_as_dense", c.SparseAsDense, "Allreduce the word embeddings' gradient dense with the others (Horovod's sparse_as_dense=True) instead of allgathering the rows each step's batches look up (Horovod's default for such a gradient).")
-	fs.BoolVar(&c.UseAdasum, "use_adasum", c.UseAdasum, "Combine the ranks' gradients with Adasum (Horovod's op=hvd.Adasum, its examples' --use-adasum) instead of averaging them: the word embeddings' gradient dense with the others, the learning rate not scaled by the number of ranks.")
+	fs.Var(adasumFlag{&c.UseAdasum}, "use_adasum", "Combine the ranks' gradients with Adasum (Horovod's op=hvd.Adasum, its examples' --use-adasum) instead of averaging them: the word embeddings' gradient dense with the others, the learning rate not scaled by the number of ranks. =updates combines each rank's weight update after an AdamWeightDecay step of its own instead (Horovod's DistributedOptimizer(op=hvd.Adasum) with a TensorFlow 1 optimizer).")
 	fs.StringVar(&c.SavedModel, "saved_model", c.SavedModel, "The training SavedModel exported by bertgraph/exporter.")
 	fs.StringVar(&c.ExportDir, "export_dir", c.ExportDir, "Where rank 0 exports the serving SavedModel of the final weights (default output_dir/export; \"none\" skips).")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "Seed of the shuffling and the dropout (each rank derives its own from it).")

@@ -451,6 +451,30 @@ func TestFlagsMatchRunClassifierDefinitions(t *testing.T) {
 }
 
 // --amp is NVIDIA BERT's boolean flag (--amp alone turns it on) that also takes a precision.
+// --use_adasum is a boolean (alone: the gradients) that also takes updates; absl's spellings of
+// a boolean, --nouse_adasum too.
+func TestAdasumFlag(t *testing.T) {
+	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
+	for _, tc := range []struct{ args, want string }{
+		{"", ""}, {"--use_adasum", "gradients"}, {"--use_adasum=True", "gradients"}, {"--use_adasum=gradients", "gradients"},
+		{"--use_adasum=updates", "updates"}, {"--use_adasum=false", ""}, {"--nouse_adasum", ""},
+	} {
+		args := base
+		if tc.args != "" {
+			args = append(append([]string{}, base...), tc.args)
+		}
+		c, err := parseConfig(args, io.Discard)
+		if err != nil || c.UseAdasum != tc.want {
+			t.Errorf("%s: UseAdasum %q, %v; want %q", tc.args, c.UseAdasum, err, tc.want)
+		}
+	}
+	_, err := parseConfig(append(base, "--use_adasum=weights"), io.Discard)
+	var u *usageError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "-use_adasum") || !strings.Contains(err.Error(), "false or updates") {
+		t.Errorf("--use_adasum=weights: %v", err)
+	}
+}
+
 func TestAMPFlag(t *testing.T) {
 	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
 	for _, tc := range []struct{ args, want string }{

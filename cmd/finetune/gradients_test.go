@@ -86,16 +86,50 @@ func TestWordEmbeddingRowsTrainAsTheDenseAllreduce(t *testing.T) {
 // The same steps with the ranks' mean gradient instead, at the same learning rate, must end
 // farther than 10x that: the check tells Adasum from Average.
 func TestAdasumAppliesTheAdasumOfTheRanksGradients(t *testing.T) {
-	const steps, batch, lr, seed = 3, 4, 2e-3, 3
+	run := adasumRun(t, "--use_adasum", "Adasum combines the gradients, the word embeddings' dense with the others")
+	run.check(t, "the Adasum of the gradients", run.byHand(t, false, adasumReference), "the mean gradient", run.byHand(t, false, mean))
+}
+
+// --use_adasum=updates on 2 ranks: every rank takes an AdamWeightDecay step of its own on its
+// own gradients, with its own slots, and the weights become those before it plus the Adasum of
+// the two changes. The same done here by hand, a model per rank, must end within 1e-5 of the
+// run's checkpoint (rank 0's weights), and the Adasum of the gradients (--use_adasum) farther
+// than 10x that.
+func TestAdasumOfUpdatesAppliesTheAdasumOfTheRanksSteps(t *testing.T) {
+	run := adasumRun(t, "--use_adasum=updates", "Adasum combines the ranks' weight updates")
+	run.check(t, "the Adasum of the updates", run.byHand(t, true, adasumReference), "the Adasum of the gradients", run.byHand(t, false, adasumReference))
+}
+
+// mean writes into out the mean of a and b.
+func mean(out, a, b []float32) {
+	for k := range out {
+		out[k] = (a[k] + b[k]) / 2
+	}
+}
+
+// adasumTraining is a finished 2-rank run of the tiny model with an Adasum flag.
+type adasumTraining struct {
+	model  string   // the SavedModel
+	shards []string // each rank's train.tf_record
+	got    *bertgraph.FlatTensors
+	vars   []bertgraph.VariableSpec
+}
+
+const adasumSteps, adasumBatch, adasumLR, adasumSeed = 3, 4, 2e-3, 3
+
+// adasumRun trains the tiny model on 2 ranks, 3 steps of 4 examples per rank at learning rate
+// 2e-3 (the flag's, unscaled) with flag, checks that the log says logged and that the word
+// embeddings' rows do not travel apart, and reads the last checkpoint's weights.
+func adasumRun(t *testing.T, flag, logged string) adasumTraining {
+	t.Helper()
 	model := tinyModel(t, false)
 	data := t.TempDir()
-	writeData(t, data, 2*batch*steps, 4, 4)
+	writeData(t, data, 2*adasumBatch*adasumSteps, 4, 4)
 	dir := filepath.Join(t.TempDir(), "adasum")
 	out := mustSucceed(t, mpirun(t, 2, tinyFlags(model, data, dir, "--do_train", "--num_train_epochs=1",
-		fmt.Sprintf("--train_batch_size=%d", batch), fmt.Sprintf("--learning_rate=%g", lr), "--warmup_proportion=0",
-		"--shuffle_buffer=0", "--save_checkpoints_steps=0", "--export_dir=none", fmt.Sprintf("--seed=%d", seed), "--use_adasum")...))
-	for _, want := range []string{"Adasum combines the gradients, the word embeddings' dense with the others", fmt.Sprintf("steps = %d,", steps),
-		fmt.Sprintf("peak learning rate = %g\n", lr)} {
+		fmt.Sprintf("--train_batch_size=%d", adasumBatch), fmt.Sprintf("--learning_rate=%g", adasumLR), "--warmup_proportion=0",
+		"--shuffle_buffer=0", "--save_checkpoints_steps=0", "--export_dir=none", fmt.Sprintf("--seed=%d", adasumSeed), flag)...))
+	for _, want := range []string{logged, fmt.Sprintf("steps = %d,", adasumSteps), fmt.Sprintf("peak learning rate = %g\n", adasumLR)} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("the log does not say %q:\n%s", want, out)
 		}
@@ -104,26 +138,26 @@ func TestAdasumAppliesTheAdasumOfTheRanksGradients(t *testing.T) {
 		t.Fatalf("the word embeddings' rows travel apart under Adasum:\n%s", out)
 	}
 	trained := loadTiny(t, model)
-	if err := trained.Restore(filepath.Join(dir, fmt.Sprintf("model.ckpt-%d", steps))); err != nil {
+	if err := trained.Restore(filepath.Join(dir, fmt.Sprintf("model.ckpt-%d", adasumSteps))); err != nil {
 		t.Fatal(err)
 	}
 	got := trained.NewFlatTensors()
 	if err := trained.ReadVariables(got); err != nil {
 		t.Fatal(err)
 	}
-	shards := []string{filepath.Join(dir, "train.tf_record"), filepath.Join(dir, "1", "train.tf_record")}
-	adasum := trainTwoRanksByHand(t, model, shards, steps, batch, lr, seed, adasumReference)
-	mean := trainTwoRanksByHand(t, model, shards, steps, batch, lr, seed, func(out, a, b []float32) {
-		for k := range out {
-			out[k] = (a[k] + b[k]) / 2
-		}
-	})
-	vars := trained.Variables()
-	maxDiff := func(want *bertgraph.FlatTensors) (float64, string) {
+	return adasumTraining{model: model, shards: []string{filepath.Join(dir, "train.tf_record"), filepath.Join(dir, "1", "train.tf_record")},
+		got: got, vars: trained.Variables()}
+}
+
+// check fails unless the run's weights are within 1e-5 of want's and farther than 10x that from
+// other's.
+func (r adasumTraining) check(t *testing.T, wantName string, want *bertgraph.FlatTensors, otherName string, other *bertgraph.FlatTensors) {
+	t.Helper()
+	maxDiff := func(w *bertgraph.FlatTensors) (float64, string) {
 		worst, where := 0.0, ""
-		for i, v := range vars {
-			for k := range got.Parts[i] {
-				if d := math.Abs(float64(got.Parts[i][k] - want.Parts[i][k])); d > worst || math.IsNaN(d) {
+		for i, v := range r.vars {
+			for k := range r.got.Parts[i] {
+				if d := math.Abs(float64(r.got.Parts[i][k] - w.Parts[i][k])); d > worst || math.IsNaN(d) {
 					worst, where = d, v.Name
 				}
 			}
@@ -131,15 +165,15 @@ func TestAdasumAppliesTheAdasumOfTheRanksGradients(t *testing.T) {
 		return worst, where
 	}
 	const bound = 1e-5
-	d, where := maxDiff(adasum)
-	t.Logf("largest difference from the Adasum done by hand: %g (%s)", d, where)
+	d, where := maxDiff(want)
+	t.Logf("largest difference from %s done by hand: %g (%s)", wantName, d, where)
 	if !(d <= bound) {
-		t.Errorf("the run's weights differ from %d steps of Adasum done by hand by %g in %s (bound %g; %s)", steps, d, where, bound, testenv.CPU())
+		t.Errorf("the run's weights differ from %d steps of %s done by hand by %g in %s (bound %g; %s)", adasumSteps, wantName, d, where, bound, testenv.CPU())
 	}
-	d, where = maxDiff(mean)
-	t.Logf("largest difference from the mean gradient applied by hand: %g (%s)", d, where)
+	d, where = maxDiff(other)
+	t.Logf("largest difference from %s done by hand: %g (%s)", otherName, d, where)
 	if !(d > 10*bound) {
-		t.Errorf("the run's weights are within %g of the ranks' mean gradient applied (%s): the check cannot tell Adasum from Average", d, where)
+		t.Errorf("the run's weights are within %g of %s (%s): the check cannot tell them apart", d, otherName, where)
 	}
 }
 
@@ -164,19 +198,25 @@ func adasumReference(out, a, b []float32) {
 	}
 }
 
-// trainTwoRanksByHand trains a fresh copy of the tiny model as two ranks would, one process
-// computing both: each step, rank r's gradient on the next batch of shards[r] (dropout seed
-// (seed+r, step)), the two combined tensor by tensor by combine, applied at the learning rate
-// of a run without warmup (lr decaying linearly to zero over steps), clip norm 1, gradient
-// scale 1. It returns the weights.
-func trainTwoRanksByHand(t *testing.T, model string, shards []string, steps, batchSize int, lr float64, seed int64, combine func(out, a, b []float32)) *bertgraph.FlatTensors {
+// byHand trains fresh copies of the tiny model as the run's two ranks would, in this one
+// process: each step, rank r's gradient on the next batch of its shard (dropout seed (seed+r,
+// step)), at the learning rate of a run without warmup (decaying linearly to zero over the
+// steps), clip norm 1. Without updates, one model applies the two gradients combined tensor by
+// tensor by combine (gradient scale 1); with updates, each rank's own model applies its own
+// gradient, and both take the weights before plus the two changes combined by combine. It
+// returns the weights.
+func (r adasumTraining) byHand(t *testing.T, updates bool, combine func(out, a, b []float32)) *bertgraph.FlatTensors {
 	t.Helper()
-	m := loadTiny(t, model)
+	models := []*bertgraph.Model{loadTiny(t, r.model)}
+	if updates {
+		models = append(models, loadTiny(t, r.model))
+	}
+	m := models[0]
 	grads := []*bertgraph.FlatTensors{m.NewFlatTensors(), m.NewFlatTensors()}
-	combined := m.NewFlatTensors()
-	batch := features.NewBatch(batchSize, m.MaxSeqLength())
+	before, combined := m.NewFlatTensors(), m.NewFlatTensors()
+	batch := features.NewBatch(adasumBatch, m.MaxSeqLength())
 	var data []*tfrecord.Dataset
-	for _, path := range shards {
+	for _, path := range r.shards {
 		ds, err := tfrecord.OpenDataset([]string{path}, tfrecord.DatasetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -184,27 +224,48 @@ func trainTwoRanksByHand(t *testing.T, model string, shards []string, steps, bat
 		t.Cleanup(func() { ds.Close() })
 		data = append(data, ds)
 	}
-	for step := range int64(steps) {
-		for r, ds := range data {
-			if err := ds.ReadBatch(batch, true); err != nil {
-				t.Fatal(err)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for step := range int64(adasumSteps) {
+		rate := float32(adasumLR * (1 - float64(step)/adasumSteps))
+		for rank, ds := range data {
+			must(ds.ReadBatch(batch, true))
+			_, err := models[min(rank, len(models)-1)].TrainStep(batch, bertgraph.DropoutSeed{adasumSeed + int64(rank), step}, grads[rank])
+			must(err)
+		}
+		if !updates {
+			for i := range combined.Parts {
+				combine(combined.Parts[i], grads[0].Parts[i], grads[1].Parts[i])
 			}
-			if _, err := m.TrainStep(batch, bertgraph.DropoutSeed{seed + int64(r), step}, grads[r]); err != nil {
-				t.Fatal(err)
+			_, err := m.Apply(combined, 1, rate, 1)
+			must(err)
+			continue
+		}
+		must(m.ReadVariables(before))
+		for rank, own := range models { // grads[rank] becomes the rank's change
+			_, err := own.Apply(grads[rank], 1, rate, 1)
+			must(err)
+			must(own.ReadVariables(grads[rank]))
+			for k, w := range before.Data {
+				grads[rank].Data[k] -= w
 			}
 		}
 		for i := range combined.Parts {
 			combine(combined.Parts[i], grads[0].Parts[i], grads[1].Parts[i])
 		}
-		rate := lr * (1 - float64(step)/float64(steps))
-		if _, err := m.Apply(combined, 1, float32(rate), 1); err != nil {
-			t.Fatal(err)
+		for k, w := range before.Data {
+			combined.Data[k] += w
+		}
+		for _, own := range models {
+			must(own.AssignVariables(combined))
 		}
 	}
 	weights := m.NewFlatTensors()
-	if err := m.ReadVariables(weights); err != nil {
-		t.Fatal(err)
-	}
+	must(m.ReadVariables(weights))
 	return weights
 }
 

@@ -315,7 +315,7 @@ func (j *job) sharedSettings() []setting {
 		{"clip_norm", fmt.Sprint(c.ClipNorm)},
 		{"compression", comp.String()},
 		{"sparse_as_dense", strconv.FormatBool(c.SparseAsDense)},
-		{"use_adasum", strconv.FormatBool(c.UseAdasum)},
+		{"use_adasum", adasumFlag{&c.UseAdasum}.String()},
 		{"task_name", c.TaskName},
 		{"labels", strings.Join(labels, ",")},
 		{"do_lower_case", strconv.FormatBool(c.DoLowerCase)},

@@ -61,7 +61,7 @@ func (j *job) train() (int64, error) {
 		return 0, err
 	}
 	op := horovod.Average
-	if c.UseAdasum {
+	if c.UseAdasum != "" {
 		// Horovod's examples scale the learning rate by the number of ranks for Average
 		// only (lr_scaler = 1 with --use-adasum on CPUs): Adasum of orthogonal gradients is
 		// their sum, of equal ones their mean, so it already grows the step with the ranks
@@ -82,7 +82,7 @@ func (j *job) train() (int64, error) {
 	t, err := trainer.New(j.hvd, j.model, trainer.Options{
 		Dir: j.in.rankDir, Checkpoints: j.ckpts, SaveCheckpointsSteps: c.SaveCheckpointsSteps, InitCheckpoint: c.InitCheckpoint,
 		Schedule: sched, BatchSize: c.TrainBatchSize, AccumulationSteps: c.NumAccumulationSteps, Seed: c.Seed, ClipNorm: c.ClipNorm, Compression: compression,
-		SparseAsDense: c.SparseAsDense, Op: op,
+		SparseAsDense: c.SparseAsDense, Op: op, AdasumUpdates: c.UseAdasum == "updates",
 		Stop: j.stop.requested, Progress: j.console, Logf: j.console.logf,
 	})
 	if err != nil {
