@@ -15,10 +15,10 @@
 #   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
 #                        a CPU without AVX512-BF16 or AMX): both dev accuracies and their difference,
 #                        which must stay within 0.01; two full trainings, so not part of `make bench`
-#   make bench-adasum-accuracy  the default task on 2 ranks averaging its gradients and with
-#                        --use_adasum: both dev accuracies and their difference, which must stay
-#                        within 0.02 (two standard errors over 1,000 dev reviews); two full
-#                        trainings, so not part of `make bench`
+#   make bench-adasum-accuracy  the default task on 2 ranks averaging its gradients, with
+#                        --use_adasum and with --use_adasum=updates: the dev accuracies and their
+#                        differences, which must stay within 0.02 (two standard errors over 1,000
+#                        dev reviews); three full trainings, so not part of `make bench`
 #
 # The end-to-end tests (equivalence, kill/resume, SIGINT, bad setups) are Go tests of
 # ./cmd/finetune and run in `make test`'s go-test.
