@@ -175,6 +175,11 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	case o.AdasumUpdates:
 		updates = &adasumUpdates{model: t.model, before: t.model.NewFlatTensors()}
 		t.infof("Adasum combines the ranks' weight updates: each rank steps AdamWeightDecay on its own gradients, with its own slots")
+		if o.Compression == horovod.FP16Compression {
+			// A step's change is about the learning rate, 1e-5 to 1e-4: below 6.1e-5 float16
+			// is subnormal, its spacing 2^-24, so 1e-5 keeps about 7 significant bits of 11.
+			t.infof("warning: fp16 compression rounds weight updates of 1e-5 to about 7 significant bits (float16 subnormals); bf16 keeps 8 at any size")
+		}
 	case adasum && t.size > 1:
 		t.infof("Adasum combines the gradients, the word embeddings' dense with the others")
 	}

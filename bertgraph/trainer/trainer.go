@@ -64,8 +64,9 @@ type Options struct {
 	// its own slots), and the weights become those before it plus the Adasum of the ranks'
 	// changes, as Horovod's DistributedOptimizer(op=hvd.Adasum) does with a TensorFlow 1
 	// optimizer. The ranks agree on skipping a step before any takes it; rank 0's slots are the
-	// ones checkpointed (and broadcast on resume). Each step reads the weights twice and assigns
-	// them once. Not with float16 compute (its loss scale is Apply's to keep).
+	// ones checkpointed (and broadcast on resume), and Step.GlobalNorm is the norm of rank 0's
+	// own gradients. Each step reads the weights twice and assigns them once. Not with float16
+	// compute (its loss scale is Apply's to keep).
 	AdasumUpdates bool
 
 	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
