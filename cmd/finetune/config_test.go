@@ -454,46 +454,42 @@ func TestFlagsMatchRunClassifierDefinitions(t *testing.T) {
 // --use_adasum is a boolean (alone: the gradients) that also takes updates; absl's spellings of
 // a boolean, --nouse_adasum too.
 func TestAdasumFlag(t *testing.T) {
-	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
-	for _, tc := range []struct{ args, want string }{
+	checkValuedBoolFlag(t, "use_adasum", func(c Config) string { return c.UseAdasum }, []flagCase{
 		{"", ""}, {"--use_adasum", "gradients"}, {"--use_adasum=True", "gradients"}, {"--use_adasum=gradients", "gradients"},
 		{"--use_adasum=updates", "updates"}, {"--use_adasum=false", ""}, {"--nouse_adasum", ""},
-	} {
-		args := base
-		if tc.args != "" {
-			args = append(append([]string{}, base...), tc.args)
-		}
-		c, err := parseConfig(args, io.Discard)
-		if err != nil || c.UseAdasum != tc.want {
-			t.Errorf("%s: UseAdasum %q, %v; want %q", tc.args, c.UseAdasum, err, tc.want)
-		}
-	}
-	_, err := parseConfig(append(base, "--use_adasum=weights"), io.Discard)
-	var u *usageError
-	if !errors.As(err, &u) || !strings.Contains(err.Error(), "-use_adasum") || !strings.Contains(err.Error(), "false or updates") {
-		t.Errorf("--use_adasum=weights: %v", err)
-	}
+	}, "--use_adasum=weights", "false or updates")
 }
 
 func TestAMPFlag(t *testing.T) {
-	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
-	for _, tc := range []struct{ args, want string }{
+	checkValuedBoolFlag(t, "amp", func(c Config) string { return c.AMP }, []flagCase{
 		{"", ""}, {"--amp", "true"}, {"--amp=True", "true"}, {"--amp=t", "true"}, {"--amp=false", ""}, {"--amp=0", ""}, {"--amp=F", ""},
 		{"--amp=bf16", "bfloat16"}, {"--amp=float16", "float16"}, {"--amp=fp32", ""},
-	} {
+	}, "--amp=fp8", "bf16 or fp16")
+}
+
+// flagCase is a flag on a training command line ("": none) and the value it leaves.
+type flagCase struct{ args, want string }
+
+// checkValuedBoolFlag checks a boolean flag that also takes values: each case's flag, after a
+// training command line, leaves get's value its want, and bad, a value it refuses, is a usage
+// error naming the flag and saying what it wants (wantSays).
+func checkValuedBoolFlag(t *testing.T, name string, get func(Config) string, cases []flagCase, bad, wantSays string) {
+	t.Helper()
+	base := []string{"--do_train=true", "--data_dir=d", "--output_dir=o", "--saved_model=m"}
+	for _, tc := range cases {
 		args := base
 		if tc.args != "" {
 			args = append(append([]string{}, base...), tc.args)
 		}
 		c, err := parseConfig(args, io.Discard)
-		if err != nil || c.AMP != tc.want {
-			t.Errorf("%s: AMP %q, %v; want %q", tc.args, c.AMP, err, tc.want)
+		if err != nil || get(c) != tc.want {
+			t.Errorf("%s: --%s is %q, %v; want %q", tc.args, name, get(c), err, tc.want)
 		}
 	}
-	_, err := parseConfig(append(base, "--amp=fp8"), io.Discard)
+	_, err := parseConfig(append(base, bad), io.Discard)
 	var u *usageError
-	if !errors.As(err, &u) || !strings.Contains(err.Error(), "-amp") || !strings.Contains(err.Error(), "bf16 or fp16") {
-		t.Errorf("--amp=fp8: %v", err)
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "-"+name) || !strings.Contains(err.Error(), wantSays) {
+		t.Errorf("%s: %v", bad, err)
 	}
 }
 
