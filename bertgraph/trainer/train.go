@@ -107,8 +107,8 @@ func (t *Trainer) named(f *bertgraph.FlatTensors) []horovod.NamedTensor {
 }
 
 // Train trains from the position Start returned until the schedule's last step or an agreed stop
-// request: every step draws a batch of data (this rank's examples), computes the gradients, sums
-// them over the ranks and applies the average; rank 0 reports the step, writes its summaries and
+// request: every step draws AccumulationSteps batches of data (this rank's examples), computes
+// and sums their gradients, combines them over the ranks (Op) and applies the result; rank 0 reports the step, writes its summaries and
 // saves the checkpoints, the last one after the last step. A resumed run first skips the batches
 // drawn before the checkpoint, so it trains on the examples an uninterrupted run would. The
 // schedule counts epochs over data, so data must repeat (tfrecord.DatasetOptions.Repeat): data

@@ -42,7 +42,8 @@ type Options struct {
 	// 0 is 1. The Schedule counts steps of that global batch (schedule.New with batchPerRank
 	// BatchSize x AccumulationSteps).
 	AccumulationSteps int
-	// Seed seeds the dropout of every step: rank r's step s uses (Seed + r, s).
+	// Seed seeds the dropout of every batch: rank r's batch k of step s uses
+	// (Seed + r, s x AccumulationSteps + k), (Seed + r, s) without accumulation.
 	Seed int64
 	// ClipNorm is the global norm the averaged gradients are clipped to (BERT's is 1).
 	ClipNorm float64

@@ -304,7 +304,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.NumAccumulationSteps, "num_accumulation_steps", c.NumAccumulationSteps, "Number of batches whose gradients each rank sums before an update (NVIDIA BERT's flag, Horovod's backward_passes_per_step): global batch size = train_batch_size x num_accumulation_steps x ranks.")
 	fs.IntVar(&c.EvalBatchSize, "eval_batch_size", c.EvalBatchSize, "Batch size for eval.")
 	fs.IntVar(&c.PredictBatchSize, "predict_batch_size", c.PredictBatchSize, "Batch size for predict.")
-	fs.Float64Var(&c.LearningRate, "learning_rate", c.LearningRate, "The initial learning rate for Adam, per rank: the run uses it times the number of ranks (as it is with --use_adasum).")
+	fs.Float64Var(&c.LearningRate, "learning_rate", c.LearningRate, "The initial learning rate for Adam, per rank: the run uses it times the number of ranks (with --use_adasum, as given).")
 	fs.Float64Var(&c.NumTrainEpochs, "num_train_epochs", c.NumTrainEpochs, "Total number of training epochs to perform.")
 	fs.Float64Var(&c.WarmupProportion, "warmup_proportion", c.WarmupProportion, "Proportion of training to perform linear learning rate warmup for.")
 	fs.StringVar(&c.OutputDir, "output_dir", c.OutputDir, "The output directory where the model checkpoints will be written (rank r > 0 writes to output_dir/r).")

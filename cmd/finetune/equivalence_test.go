@@ -149,8 +149,8 @@ func TestAccumulatedBatchesTrainAsOneBatchAsLarge(t *testing.T) {
 	one, _ := train(1, "one")
 	runs := []string{one}
 	for _, ranks := range []int{1, 2} {
-		dir, log := train(ranks, fmt.Sprintf("accumulated-%d", ranks), fmt.Sprintf("--train_batch_size=%d", 2*b/ranks/2), "--num_accumulation_steps=2")
-		if want := fmt.Sprintf("batch = %d per rank x 2 accumulated x %d ranks, steps = %d,", 2*b/ranks/2, ranks, steps); !strings.Contains(log, want) {
+		dir, log := train(ranks, fmt.Sprintf("accumulated-%d", ranks), fmt.Sprintf("--train_batch_size=%d", b/ranks), "--num_accumulation_steps=2")
+		if want := fmt.Sprintf("batch = %d per rank x 2 accumulated x %d ranks, steps = %d,", b/ranks, ranks, steps); !strings.Contains(log, want) {
 			t.Fatalf("the log does not say %q:\n%s", want, log)
 		}
 		runs = append(runs, dir)
