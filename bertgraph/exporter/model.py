@@ -5,12 +5,15 @@ token-type + position embeddings, LayerNorm, N transformer layers (self-attentio
 mask adder, GELU feed-forward, post-LayerNorm), tanh pooler on the first token, dropout, and
 ``logits = pooled @ output_weights^T + output_bias``.
 
-Mixed precision (``compute_dtype`` bfloat16 or float16): the variables stay float32; only the
-matrix products (the dense layers' and attention's) take their inputs cast to ``compute_dtype``,
-and their results are cast back to float32 at once.  Everything element-wise (bias, GELU, softmax,
-LayerNorm, dropout, the loss) runs in float32: TensorFlow's own whole-graph rewrite also moves
-those to bfloat16, where on CPU they ran slower than in float32, and float16 LayerNorm and softmax
-lose the range and precision loss scaling cannot restore.
+Mixed precision (``compute_dtype`` bfloat16 or float16): the variables stay float32; the matrix
+products (the dense layers' and attention's) take their inputs cast to ``compute_dtype``, and
+their results are cast back to float32 at once, but where a result only feeds another product:
+attention's queries, keys and values (bias included) and its context stay in ``compute_dtype``,
+and so do the scores' mask, softmax and dropout in bfloat16 (not float16, whose range is too
+small for them). Everything else element-wise (GELU, LayerNorm, residuals, the other biases and
+dropouts, the loss) runs in float32: TensorFlow's own whole-graph rewrite also moves those to
+bfloat16, where on CPU they ran slower than in float32, and float16 LayerNorm and softmax lose
+the range and precision loss scaling cannot restore. Measured in docs/mixed-precision.md.
 
 Every variable sits in a tree of tf.Module nodes whose attribute path *is* its Google name, so the
 object-based checkpoint key TensorFlow derives for it (the key in the SavedModel's variables/) is
@@ -71,14 +74,16 @@ _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def gelu(x):
-    """The exact GELU, x Phi(x) (tf.nn.gelu with approximate=False), with its derivative written
-    out, Phi(x) + x phi(x), from the Phi(x) the forward pass computed, where TensorFlow
-    differentiates tf.nn.gelu op by op through erfc's own gradient. MiniLM's [2048, 1536], one
-    thread, forward and backward: 26.8 -> 20.9 ms a layer; the same values but for rounding
-    (tests/test_layers.py)."""
+    """The exact GELU, x Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2 (HuggingFace's formula,
+    which MiniLM was trained with), with its derivative written out, Phi(x) + x phi(x), from the
+    Phi(x) the forward pass computed, where TensorFlow would differentiate op by op. erf rather
+    than tf.nn.gelu's 0.5 erfc(-x / sqrt 2): TensorFlow's CPU erfc is 3.6x slower (MiniLM's
+    [2048, 1536], one thread: 4.2 against 1.2 ms), and the two differ only in the far negative
+    tail, where 1 + erf loses Phi's relative precision but not its absolute one (below 1e-7,
+    against activations of order 1). tests/test_layers.py has the bounds."""
     @tf.custom_gradient
     def _gelu(x):
-        cdf = 0.5 * tf.math.erfc(x * -_SQRT_HALF)
+        cdf = 0.5 + 0.5 * tf.math.erf(x * _SQRT_HALF)
         def grad(dy):
             # phi(x) = exp(-x^2/2) / sqrt(2 pi), the constant folded into the exponent.
             return dy * (cdf + x * tf.exp(tf.square(x) * -0.5 - _LOG_SQRT_2PI))
@@ -104,6 +109,19 @@ def layer_norm(x, gamma, beta, epsilon):
             return dx, column_sums(dy * xhat), column_sums(dy)
         return xhat * gamma + beta, grad
     return _layer_norm(x, gamma, beta)
+
+
+def softmax(x):
+    """Softmax over the last axis in x's dtype, its gradient, (dy - sum(dy y)) y, in float32
+    whatever that dtype: a bfloat16 sum over a row would round every partial sum."""
+    @tf.custom_gradient
+    def _softmax(x):
+        y = tf.nn.softmax(x)
+        def grad(dy):
+            y32, dy32 = tf.cast(y, tf.float32), tf.cast(dy, tf.float32)
+            return tf.cast((dy32 - tf.reduce_sum(dy32 * y32, -1, keepdims=True)) * y32, x.dtype)
+        return y, grad
+    return _softmax(x)
 
 
 def column_sums(t):
@@ -169,12 +187,11 @@ class Dropout:
         return tf.where(keep, x, tf.zeros((), x.dtype)), scale
 
 
-def matmul(a, b, compute_dtype, **kwargs):
-    """a @ b with the product computed in ``compute_dtype``, the result float32."""
-    if compute_dtype == tf.float32:
-        return tf.matmul(a, b, **kwargs)
+def matmul(a, b, compute_dtype, out_dtype=tf.float32, **kwargs):
+    """a @ b with the product computed in ``compute_dtype``, the result in ``out_dtype``. (tf.cast
+    to a tensor's own dtype adds no op.)"""
     return tf.cast(tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **kwargs),
-                   tf.float32)
+                   out_dtype)
 
 
 class BertClassifier(VariableTree):
@@ -246,12 +263,28 @@ class BertClassifier(VariableTree):
 
     # -- forward pass -----------------------------------------------------------------------------
 
-    def _dense(self, x, prefix, compute_dtype=tf.float32):
+    def _dense(self, x, prefix, compute_dtype=tf.float32, scale=1.0):
+        """x @ kernel + bias, the product in ``compute_dtype``, the result float32. ``scale``
+        multiplies the kernel (a constant factor of x moved onto the smaller tensor)."""
         # BiasAdd rather than a broadcasting +: its gradient is BiasAddGrad, which sums the
         # [tokens, units] gradient over the tokens 2-4x faster than Sum over axis 0 does on CPU
         # (MiniLM's intermediate bias, [2048, 1536], one thread: 2.9 -> 0.75 ms).
-        return tf.nn.bias_add(matmul(x, self.var(prefix + "/kernel"), compute_dtype),
-                              self.var(prefix + "/bias"))
+        kernel = self.var(prefix + "/kernel")
+        if scale != 1.0:
+            kernel = kernel * scale
+        return tf.nn.bias_add(matmul(x, kernel, compute_dtype), self.var(prefix + "/bias"))
+
+    def _projection(self, x, prefix, compute_dtype, scale=1.0):
+        """scale (x @ kernel + bias) wholly in ``compute_dtype``, bias included: attention's
+        queries, keys and values feed products only, so in bfloat16 they stay bfloat16 (through
+        the heads' transposes too) rather than go to float32 and back for the bias alone; their
+        product already rounds to bfloat16, and the bias's gradient to it then as the kernel's
+        does. ``scale`` multiplies the kernel and the bias, as ``_dense``'s does."""
+        kernel, bias = self.var(prefix + "/kernel"), self.var(prefix + "/bias")
+        if scale != 1.0:
+            kernel, bias = kernel * scale, bias * scale
+        return tf.nn.bias_add(matmul(x, kernel, compute_dtype, out_dtype=compute_dtype),
+                              tf.cast(bias, compute_dtype))
 
     def _layer_norm(self, x, prefix):
         return layer_norm(x, self.var(prefix + "/gamma"), self.var(prefix + "/beta"),
@@ -320,22 +353,24 @@ class BertClassifier(VariableTree):
                 rows, positions = tf.reshape(x, [batch, seq, h])[:, 0], 1
             else:
                 rows, positions = x, seq
-            # Both scalar factors of attention go where the tensor is a quarter of the scores'
-            # size ([B, heads, S, head] against [B, heads, S, S]): 1/sqrt(head) on the queries
-            # rather than the scores, and dropout's scale on the context rather than the
-            # probabilities. Both products are linear in them, so the results are Google's but
-            # for rounding, in two fewer passes over the scores each way (forward, backward).
-            q = split_heads(self._dense(rows, p + "/attention/self/query", cd)
-                            * (1.0 / math.sqrt(head)), positions)
-            k = split_heads(self._dense(x, p + "/attention/self/key", cd))
-            v = split_heads(self._dense(x, p + "/attention/self/value", cd))
-            scores = matmul(q, k, cd, transpose_b=True) + adder
-            probs, probs_scale = drop.unscaled(tf.nn.softmax(scores), c.attention_probs_dropout_prob)
-            ctx = matmul(probs, v, cd)
-            if probs_scale != 1.0:
-                ctx *= probs_scale
+            # Both scalar factors of attention go onto weights rather than the scores
+            # ([B, heads, S, S]): 1/sqrt(head) onto the query's kernel and bias, and dropout's
+            # scale onto the output projection's kernel. Every product is linear in them, so
+            # the results are Google's but for rounding, in two fewer passes over the scores
+            # each way (forward, backward) and none over the activations.
+            q = split_heads(self._projection(rows, p + "/attention/self/query", cd,
+                                             1.0 / math.sqrt(head)), positions)
+            k = split_heads(self._projection(x, p + "/attention/self/key", cd))
+            v = split_heads(self._projection(x, p + "/attention/self/value", cd))
+            # The scores' mask, softmax and dropout in bfloat16 when the products are (it has
+            # float32's range, and the probabilities are rounded to it for the product anyway):
+            # two fewer casts of the scores; float16's range is too small for them.
+            sd = tf.float32 if cd == tf.float16 else cd
+            scores = matmul(q, k, cd, out_dtype=sd, transpose_b=True) + tf.cast(adder, sd)
+            probs, probs_scale = drop.unscaled(softmax(scores), c.attention_probs_dropout_prob)
+            ctx = matmul(probs, v, cd, out_dtype=cd)
             ctx = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [-1, h])
-            attn = drop(self._dense(ctx, p + "/attention/output/dense", cd),
+            attn = drop(self._dense(ctx, p + "/attention/output/dense", cd, probs_scale),
                         c.hidden_dropout_prob)
             attn = self._layer_norm(attn + rows, p + "/attention/output/LayerNorm")
             inter = act(self._dense(attn, p + "/intermediate/dense", cd))

@@ -43,16 +43,33 @@ def _dtypes_of(m, key):
     return out
 
 
+# The ops (attr T; Cast carries SrcT/DstT) that run in each compute dtype (model.py's docstring):
+# the products; Sum, Reshape and Shape, BatchMatMulV2's gradient summing over broadcast batch
+# dimensions (none here: a reshape of the product); attention's query, key and value biases and
+# the heads' transposes. In bfloat16 also the scores' mask (AddV2), softmax and dropout
+# (SelectV2, Size), and their gradients' Identity and ZerosLike. Any other op there would be
+# element-wise work (Mul, Erf, LayerNorm's moments...) the policy keeps float32.
+PRODUCT_OPS = {"MatMul", "BatchMatMulV2", "Sum", "Reshape", "Shape", "BiasAdd", "BiasAddGrad",
+               "Transpose"}
+LOW_PRECISION_OPS = {
+    "float16": PRODUCT_OPS,
+    "bfloat16": PRODUCT_OPS | {"AddV2", "Softmax", "SelectV2", "Size", "Identity", "ZerosLike"},
+}
+
+
+@pytest.mark.parametrize("dropout", [False, True])
 @pytest.mark.parametrize("dtype", sorted(contract.MIXED_TRAIN_STEPS))
-def test_only_matrix_products_run_in_the_compute_dtype(model_dir, dtype):
+def test_only_products_and_attention_run_in_the_compute_dtype(model_dir, tmp_path, dtype, dropout):
+    if dropout:
+        model_dir = export.export_tiny(tmp_path / "model", LABELS, SEQ, dropout=True, seed=3,
+                                       log=lambda s: None)
     m = tf.saved_model.load(str(model_dir))
     ops = _dtypes_of(m, contract.MIXED_TRAIN_STEPS[dtype])
     low = sorted(op for op, types in ops.items() if dtype in types)
-    assert {"MatMul", "BatchMatMulV2"} <= set(low), low
-    # Cast carries SrcT/DstT, not T.  Sum, Reshape and Shape are BatchMatMulV2's gradient
-    # summing over broadcast batch dimensions (none here: a reshape of the product).  Any other
-    # op with T=dtype would be element-wise work (Mul, Erf, Softmax...) the policy keeps float32.
-    assert set(low) <= {"MatMul", "BatchMatMulV2", "Sum", "Reshape", "Shape"}, low
+    assert {"MatMul", "BatchMatMulV2", "BiasAdd", "Transpose"} <= set(low), low
+    assert set(low) <= LOW_PRECISION_OPS[dtype], low
+    if dtype == "bfloat16":
+        assert "Softmax" in low and ("SelectV2" in low) == dropout, low
     # The output layer (and its gradient) stays float32: its logits feed the loss directly.
     assert "float32" in ops["MatMul"], ops["MatMul"]
     assert "bfloat16" not in str(_dtypes_of(m, contract.TRAIN_STEP))
