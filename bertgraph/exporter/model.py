@@ -112,14 +112,15 @@ def layer_norm(x, gamma, beta, epsilon):
 
 
 def softmax(x):
-    """Softmax over the last axis in x's dtype, its gradient, (dy - sum(dy y)) y, in float32
-    whatever that dtype: a bfloat16 sum over a row would round every partial sum."""
+    """Softmax over the last axis in x's dtype, its gradient, (dy - sum(dy y)) y, in float32 at
+    least: a bfloat16 sum over a row would round every partial sum."""
+    wide = tf.float32 if x.dtype in (tf.bfloat16, tf.float16) else x.dtype
     @tf.custom_gradient
     def _softmax(x):
         y = tf.nn.softmax(x)
         def grad(dy):
-            y32, dy32 = tf.cast(y, tf.float32), tf.cast(dy, tf.float32)
-            return tf.cast((dy32 - tf.reduce_sum(dy32 * y32, -1, keepdims=True)) * y32, x.dtype)
+            yw, dyw = tf.cast(y, wide), tf.cast(dy, wide)
+            return tf.cast((dyw - tf.reduce_sum(dyw * yw, -1, keepdims=True)) * yw, x.dtype)
         return y, grad
     return _softmax(x)
 

@@ -1,4 +1,5 @@
-"""The layers whose gradients the exporter writes out by hand (model.gelu, model.layer_norm) and
+"""The layers whose gradients the exporter writes out by hand (model.gelu, model.layer_norm,
+model.softmax) and
 the column sums they and the dense layers' biases use (model.column_sums), each against
 TensorFlow's own differentiation of the plain formula and against central finite differences,
 in float64 so that the bounds can be tight: the closed forms are exact, only rounding differs."""
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertgraph.exporter.model import LAYER_NORM_EPSILON, column_sums, gelu, layer_norm
+from bertgraph.exporter.model import LAYER_NORM_EPSILON, column_sums, gelu, layer_norm, softmax
 
 
 def _reference_layer_norm(x, gamma, beta, epsilon):
@@ -77,6 +78,40 @@ def test_gelu_float32_matches_float64():
     y64, (dx64,) = _gradients(gelu, [x], dy)
     np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(dx32, dx64, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_gradient_is_tensorflows():
+    rng = np.random.default_rng(6)
+    # Attention's shape, with masked (-10000) positions whose probabilities are 0.
+    x = rng.standard_normal((2, 3, 5, 7)) * 3
+    x[..., -2:] -= 10000.0
+    dy = rng.standard_normal(x.shape)
+    y, (dx,) = _gradients(softmax, [x], dy)
+    want_y, (want_dx,) = _gradients(tf.nn.softmax, [x], dy)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-12, atol=1e-15)
+    direction = [rng.standard_normal(x.shape)]
+    analytic = float(np.sum(dx * direction[0]))
+    assert abs(_finite_difference(softmax, [x], dy, direction) - analytic) < 1e-6 * abs(analytic)
+
+
+def test_softmax_gradient_of_bfloat16_is_computed_in_float32():
+    """bfloat16 in and out, but the row sums in float32: within bfloat16's rounding of the inputs
+    and of the result (2^-8 relative) of the float64 gradient at the same bfloat16 point, where a
+    bfloat16 sum over the row would add its own rounding at every term."""
+    rng = np.random.default_rng(7)
+    x = tf.cast(rng.standard_normal((4, 128)) * 3, tf.bfloat16)
+    dy = tf.cast(rng.standard_normal((4, 128)), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = softmax(x)
+    dx = tape.gradient(y, x, output_gradients=dy)
+    assert y.dtype == tf.bfloat16 and dx.dtype == tf.bfloat16
+    y64 = tf.cast(y, tf.float64)
+    dy64 = tf.cast(dy, tf.float64)
+    want = (dy64 - tf.reduce_sum(dy64 * y64, -1, keepdims=True)) * y64
+    got = tf.cast(dx, tf.float64).numpy()
+    np.testing.assert_allclose(got, want.numpy(), rtol=2 ** -8, atol=1e-6 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("shape", [(64, 48), (3, 20, 48)])

@@ -16,6 +16,12 @@ def model_dir(tmp_path_factory):
                               dropout=False, seed=3, log=lambda s: None)
 
 
+@pytest.fixture(scope="module")
+def dropout_model_dir(tmp_path_factory):
+    return export.export_tiny(tmp_path_factory.mktemp("amp_dropout") / "model", LABELS, SEQ,
+                              dropout=True, seed=3, log=lambda s: None)
+
+
 def _grads(m, c, key, batch):
     out = m.signatures[key](**batch, dropout_seed=SEED)
     return float(out["loss"]), [out[v["gradient_key"]].numpy() for v in c["variables"]]
@@ -59,11 +65,9 @@ LOW_PRECISION_OPS = {
 
 @pytest.mark.parametrize("dropout", [False, True])
 @pytest.mark.parametrize("dtype", sorted(contract.MIXED_TRAIN_STEPS))
-def test_only_products_and_attention_run_in_the_compute_dtype(model_dir, tmp_path, dtype, dropout):
-    if dropout:
-        model_dir = export.export_tiny(tmp_path / "model", LABELS, SEQ, dropout=True, seed=3,
-                                       log=lambda s: None)
-    m = tf.saved_model.load(str(model_dir))
+def test_only_products_and_attention_run_in_the_compute_dtype(model_dir, dropout_model_dir, dtype,
+                                                             dropout):
+    m = tf.saved_model.load(str(dropout_model_dir if dropout else model_dir))
     ops = _dtypes_of(m, contract.MIXED_TRAIN_STEPS[dtype])
     low = sorted(op for op, types in ops.items() if dtype in types)
     assert {"MatMul", "BatchMatMulV2", "BiasAdd", "Transpose"} <= set(low), low
