@@ -139,13 +139,17 @@ def _activation(name):
     return {"relu": tf.nn.relu, "tanh": tf.tanh, "linear": tf.identity}[name]
 
 
-# Dropout draws 16 random bits per element, not a float32 uniform as tf.nn.dropout does: TensorFlow's
-# CPU Philox costs about as much per 32-bit word as per float, so half the words make the masks'
-# random numbers half as dear (MiniLM's step, batch 16 x 128, draws 29 M of them: about 10% of
-# the bfloat16 step with floats). An element is dropped when its bits are below
-# ceil(rate x 2^16), so the rate is rounded up to a multiple of 2^-16 (0.1 -> 0.100006), and the
-# kept elements are scaled by the inverse of the keep probability those bits give, so that the
-# expectation of every output is its input, exactly as with tf.nn.dropout.
+# Dropout decides each element's fate at a resolution of 2^-16, not with a float32 uniform as
+# tf.nn.dropout does, and from 16 random bits per pair of elements: TensorFlow's CPU Philox costs
+# about as much per 32-bit word as per float, and the step's masks take tens of millions of
+# decisions (MiniLM's, batch 16 x 128: 29 M), so a quarter of the words make them about a
+# quarter as dear. An element is dropped when its bits are below ceil(rate x 2^16), so the rate is
+# rounded up to a multiple of 2^-16 (0.1 -> 0.100006), and the kept elements are scaled by the
+# inverse of the keep probability those bits give, so that the expectation of every output is its
+# input, exactly as with tf.nn.dropout. The second element of a pair reads its pair's bits v
+# shifted by an offset (``dropout_pair_offset``), which makes its keep probability the first's
+# exactly and the two decisions independent to within 2^-17 in each of their four joint
+# probabilities; distinct pairs read distinct bits.
 DROPOUT_BITS = 16
 
 
@@ -154,9 +158,25 @@ def dropout_threshold(rate):
     levels = 1 << DROPOUT_BITS
     threshold = math.ceil(rate * levels)
     if not 0 <= threshold < levels:
-        raise ValueError(f"dropout rate {rate!r} is not in [0, 1 - 2^-{DROPOUT_BITS}]: at "
-                         f"{DROPOUT_BITS} random bits per element it keeps no element")
+        raise ValueError(f"dropout rate {rate!r} is not in [0, 1 - 2^-{DROPOUT_BITS}]: at the "
+                         f"masks' resolution of 2^-{DROPOUT_BITS} it keeps no element")
     return threshold, levels / (levels - threshold)
+
+
+def dropout_pair_offset(threshold):
+    """The offset d with which a pair's second element is kept when (v + d) mod 2^16 >= threshold,
+    v the pair's 16 random bits (the first's: v >= threshold). With t the threshold and L = 2^16,
+    the second is then kept for v in [t - d, L - d), L - t values as the first, both for v in
+    [t, L - d): L - t - d values, which d = round(t (L - t) / L) makes (L - t)^2 / L, the
+    independent product, but for d's rounding."""
+    levels = 1 << DROPOUT_BITS
+    return round(threshold * (levels - threshold) / levels)
+
+
+def keep_pairs(bits, threshold):
+    """The keep decisions of the pairs' first and second elements, from their 16-bit ``bits``."""
+    offset = tf.constant(dropout_pair_offset(threshold), tf.uint16)
+    return bits >= threshold, bits + offset >= threshold  # uint16: the sum wraps mod 2^16
 
 
 class Dropout:
@@ -180,12 +200,15 @@ class Dropout:
         self._site += 1
         site_seed = tf.random.experimental.stateless_fold_in(self._seed, self._site)
         threshold, scale = dropout_threshold(rate)
+        # Element i and element i + pairs (of x flattened) are a pair: the decisions come out as
+        # the two halves of the mask, and no op interleaves them.
         n = tf.size(x)
-        words = tf.random.stateless_uniform(tf.reshape((n + 1) // 2, [1]), seed=site_seed,
+        pairs = (n + 1) // 2
+        words = tf.random.stateless_uniform(tf.reshape((pairs + 1) // 2, [1]), seed=site_seed,
                                             minval=None, maxval=None, dtype=tf.uint32)
-        bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:n]
-        keep = tf.reshape(bits, tf.shape(x)) >= threshold
-        return tf.where(keep, x, tf.zeros((), x.dtype)), scale
+        bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:pairs]
+        keep = tf.concat(keep_pairs(bits, threshold), 0)[:n]
+        return tf.where(tf.reshape(keep, tf.shape(x)), x, tf.zeros((), x.dtype)), scale
 
 
 def matmul(a, b, compute_dtype, out_dtype=tf.float32, **kwargs):

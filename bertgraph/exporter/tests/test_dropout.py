@@ -1,5 +1,5 @@
-"""The train step's dropout (model.Dropout): 16 random bits per element, a drop threshold of
-ceil(rate x 2^16) and the kept values scaled so that every output's expectation is its input."""
+"""The train step's dropout (model.Dropout): 16 random bits per pair of elements, a drop threshold
+of ceil(rate x 2^16) and the kept values scaled so that every output's expectation is its input."""
 import json
 import math
 
@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from bertgraph.exporter.config import BertConfig
-from bertgraph.exporter.model import DROPOUT_BITS, Dropout, dropout_threshold
+from bertgraph.exporter.model import (DROPOUT_BITS, Dropout, dropout_pair_offset,
+                                      dropout_threshold, keep_pairs)
 
 SEED = tf.constant([7, 11], tf.int64)
 
@@ -28,7 +29,25 @@ def test_threshold_keeps_the_expectation_exact(rate):
     assert keep * scale == pytest.approx(1.0, rel=1e-15)
 
 
-# An odd number of elements: the last 32-bit word's second half is drawn and not used.
+@pytest.mark.parametrize("rate", [0.1, 0.5, 0.25, 0.9, 1e-6, 1 - 2 ** -16])
+def test_a_pairs_decisions_keep_at_the_rate_and_are_independent(rate):
+    """Over every one of the 2^16 bit patterns, exactly: each element of a pair is kept for
+    L - t of them (L = 2^16, t the threshold), as one alone would be, and both for the share
+    independent decisions give, within the offset's rounding (2^-17 of L)."""
+    levels = 1 << DROPOUT_BITS
+    threshold, _ = dropout_threshold(rate)
+    bits = tf.constant(np.arange(levels, dtype=np.uint16))
+    first, second = (k.numpy() for k in keep_pairs(bits, threshold))
+    assert first.sum() == second.sum() == levels - threshold
+    keep = (levels - threshold) / levels
+    for a, b in [(first, second), (first, ~second), (~first, second), (~first, ~second)]:
+        want = (keep if a is first else 1 - keep) * (keep if b is second else 1 - keep)
+        assert abs((a & b).sum() / levels - want) <= 2 ** -17, (rate, want)
+    assert (first & second).sum() == levels - threshold - dropout_pair_offset(threshold)
+
+
+# An odd number of elements: the last pair's second element and the last 32-bit word's second
+# half are drawn and not used.
 @pytest.mark.parametrize("rate", [0.1, 0.5])
 def test_masks_drop_at_the_rate_and_scale_what_they_keep(rate):
     shape = (301, 203)
@@ -43,10 +62,18 @@ def test_masks_drop_at_the_rate_and_scale_what_they_keep(rate):
     # catches a wrong threshold or a half of each word left unused, not a rate off by 2^-8: the
     # exact scale above pins the 16-bit threshold.
     assert _sigmas(kept.sum(), n, keep_p) < 5
-    # Both 16-bit halves of every word are used: the even and the odd elements each keep at the rate.
+    # Element i and element i + pairs share their 16 bits. Both halves of the mask keep at the
+    # rate, with both 16-bit halves of every word (the even and the odd elements of each half);
+    # and the pairs' decisions are independent: both elements dropped at rate^2, where the same
+    # bits read alike would give rate.
     flat = kept.ravel()
-    assert _sigmas(flat[0::2].sum(), len(flat[0::2]), keep_p) < 5
-    assert _sigmas(flat[1::2].sum(), len(flat[1::2]), keep_p) < 5
+    pairs = (n + 1) // 2
+    first, second = flat[:pairs], flat[pairs:]
+    for half in (first, second):
+        assert _sigmas(half[0::2].sum(), len(half[0::2]), keep_p) < 5
+        assert _sigmas(half[1::2].sum(), len(half[1::2]), keep_p) < 5
+    both_dropped = (~first[:len(second)] & ~second).sum()
+    assert _sigmas(both_dropped, len(second), (1 - keep_p) ** 2) < 5
     # Expectation: the mean output is the input within the sampling error of the mean.
     sd = 3.0 * scale * math.sqrt(keep_p * (1 - keep_p) / n)
     assert abs(y.mean() - 3.0) < 5 * sd
