@@ -33,16 +33,16 @@ def test_threshold_keeps_the_expectation_exact(rate):
 def test_a_pairs_decisions_keep_at_the_rate_and_are_independent(rate):
     """Over every one of the 2^16 bit patterns, exactly: each element of a pair is kept for
     L - t of them (L = 2^16, t the threshold), as one alone would be, and both for the share
-    independent decisions give, within the offset's rounding (2^-17 of L)."""
+    independent decisions give, within the offset's rounding (half a pattern: 2^-17)."""
     levels = 1 << DROPOUT_BITS
     threshold, _ = dropout_threshold(rate)
     bits = tf.constant(np.arange(levels, dtype=np.uint16))
     first, second = (k.numpy() for k in keep_pairs(bits, threshold))
     assert first.sum() == second.sum() == levels - threshold
     keep = (levels - threshold) / levels
-    for a, b in [(first, second), (first, ~second), (~first, second), (~first, ~second)]:
-        want = (keep if a is first else 1 - keep) * (keep if b is second else 1 - keep)
-        assert abs((a & b).sum() / levels - want) <= 2 ** -17, (rate, want)
+    for a, pa in ((first, keep), (~first, 1 - keep)):
+        for b, pb in ((second, keep), (~second, 1 - keep)):
+            assert abs((a & b).sum() / levels - pa * pb) <= 2 ** -17, (rate, pa, pb)
     assert (first & second).sum() == levels - threshold - dropout_pair_offset(threshold)
 
 
