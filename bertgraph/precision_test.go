@@ -12,23 +12,32 @@ import (
 	"testing"
 )
 
-func TestCPUBF16ReadsTheFlagsLine(t *testing.T) {
+func TestCPUBF16ReadsTheVendorAndFlagsLines(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name, cpuinfo string
 		want          CPUBF16
+		supported     bool
 	}{
-		{"EPYC with AVX2 only", "processor\t: 0\nflags\t\t: fpu avx2 f16c fma\n", CPUBF16{Read: true}},
-		{"Sapphire Rapids", "processor\t: 0\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n", CPUBF16{AVX512BF16: true, AMXBF16: true, Read: true}},
-		{"Zen 4", "flags : avx512f avx512_bf16\nflags : none\n", CPUBF16{AVX512BF16: true, Read: true}},
-		{"no flags line (not x86)", "processor\t: 0\nFeatures\t: fp asimd bf16\n", CPUBF16{}},
+		{"EPYC with AVX2 only", "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 f16c fma\n",
+			CPUBF16{Vendor: "AuthenticAMD", Read: true}, false},
+		{"Sapphire Rapids", "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n",
+			CPUBF16{Vendor: "GenuineIntel", AVX512BF16: true, AMXBF16: true, Read: true}, true},
+		// A virtual machine that hides AMX: oneDNN's AVX-512 bfloat16 kernels, slower than float32 there.
+		{"Xeon without AMX", "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: avx512f avx512_bf16 avx512_fp16\n" +
+			"processor\t: 1\nvendor_id\t: AuthenticAMD\n",
+			CPUBF16{Vendor: "GenuineIntel", AVX512BF16: true, Read: true}, false},
+		{"Zen 4", "vendor_id : AuthenticAMD\nflags : avx512f avx512_bf16\nflags : none\n",
+			CPUBF16{Vendor: "AuthenticAMD", AVX512BF16: true, Read: true}, true},
+		{"AVX512-BF16, vendor unknown", "flags : avx512f avx512_bf16\n", CPUBF16{AVX512BF16: true, Read: true}, false},
+		{"no flags line (not x86)", "processor\t: 0\nFeatures\t: fp asimd bf16\n", CPUBF16{}, false},
 	} {
 		path := filepath.Join(dir, tc.name)
 		if err := os.WriteFile(path, []byte(tc.cpuinfo), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got := cpuBF16From(path); got != tc.want || got.Supported() != (tc.want.AVX512BF16 || tc.want.AMXBF16) {
-			t.Errorf("%s: %+v (%s), want %+v", tc.name, got, got, tc.want)
+		if got := cpuBF16From(path); got != tc.want || got.Supported() != tc.supported {
+			t.Errorf("%s: %+v (%s) supported %v, want %+v supported %v", tc.name, got, got, got.Supported(), tc.want, tc.supported)
 		}
 	}
 	if got := cpuBF16From(filepath.Join(dir, "missing")); got.Read {
@@ -158,7 +167,9 @@ json.dump({n: d.name for n, d in tf.train.load_checkpoint(sys.argv[1]).get_varia
 }
 
 func TestAMPPrecisionChoosesByHardware(t *testing.T) {
-	none, amx := CPUBF16{Read: true}, CPUBF16{AMXBF16: true, Read: true}
+	none, amx := CPUBF16{Vendor: "AuthenticAMD", Read: true}, CPUBF16{Vendor: "GenuineIntel", AMXBF16: true, Read: true}
+	zen4 := CPUBF16{Vendor: "AuthenticAMD", AVX512BF16: true, Read: true}
+	xeonWithoutAMX := CPUBF16{Vendor: "GenuineIntel", AVX512BF16: true, Read: true}
 	for _, tc := range []struct {
 		amp   string
 		gpu   bool
@@ -170,8 +181,11 @@ func TestAMPPrecisionChoosesByHardware(t *testing.T) {
 		{"false", true, amx, Float32, "--amp off"},
 		{"true", true, none, Float16, "loss scaling"},
 		{"true", true, amx, Float16, "loss scaling"}, // a GPU computes, whatever its host CPU has
-		{"true", false, amx, BFloat16, "amx_bf16 yes"},
-		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (avx512_bf16 no, amx_bf16 no)"},
+		{"true", false, amx, BFloat16, "GenuineIntel: avx512_bf16 no, amx_bf16 yes"},
+		{"true", false, zen4, BFloat16, "AuthenticAMD: avx512_bf16 yes"},
+		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (AuthenticAMD: avx512_bf16 no, amx_bf16 no)"},
+		{"true", false, xeonWithoutAMX, Float32, "AVX512-BF16 without AMX (GenuineIntel: avx512_bf16 yes, amx_bf16 no), where oneDNN's bfloat16 products run at about half float32's rate"},
+		{"bf16", false, xeonWithoutAMX, BFloat16, "forced"},
 		{"bf16", false, none, BFloat16, "forced"},
 		{"fp16", false, none, Float16, "forced"},
 	} {

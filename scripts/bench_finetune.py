@@ -196,9 +196,11 @@ def amp(a, work):
             rates[k].append(finetune_together(a, ranks, outs, *flags))
     print(f"rates of the {a.repeats} interleaved runs: " + json.dumps({k: [round(r, 2) for r in v] for k, v in rates.items()}))
     best = {k: max(v) for k, v in rates.items()}
-    flags = set(open("/proc/cpuinfo").read().split())
+    cpuinfo = open("/proc/cpuinfo").read()
+    flags = set(cpuinfo.split())
+    vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("vendor_id")), "vendor unknown")
     print(f"finetune MiniLM, batch {a.batch_size} per rank, 1 intra-op thread per rank, {a.steps} timed steps; "
-          f"CPU avx512_bf16 {'yes' if 'avx512_bf16' in flags else 'no'}, amx_bf16 {'yes' if 'amx_bf16' in flags else 'no'}; "
+          f"CPU {vendor}: avx512_bf16 {'yes' if 'avx512_bf16' in flags else 'no'}, amx_bf16 {'yes' if 'amx_bf16' in flags else 'no'}; "
           f"best of {a.repeats}, examples/s over all ranks:")
     print(f"  1 rank : float32 {best['one']:6.2f}, bfloat16 {best['one_bf16']:6.2f}   "
           f"bfloat16 / float32 = {best['one_bf16'] / best['one']:.2f}x (target >= 1.5)")

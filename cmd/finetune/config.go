@@ -100,7 +100,7 @@ func defaultTask() Config {
 	c.NumTrainEpochs = 1
 	c.SaveCheckpointsSteps = 100
 	c.LogStepCountSteps = 10
-	c.AMP = "true" // bfloat16 where the CPU has AVX512-BF16 or AMX, float32 (and why) elsewhere
+	c.AMP = "true" // bfloat16 where it runs faster (AMX; AVX512-BF16 on AMD), float32 (and why) elsewhere
 	c.MaxTrainExamples = defaultTrainExamples(bertgraph.DetectCPUBF16())
 	c.KeepTailTokens = 96 // head 30 + tail 96: about Sun et al.'s 128 + 382 of 510, scaled to 126
 	c.MaxEvalExamples = 1000
@@ -111,7 +111,7 @@ func defaultTask() Config {
 // defaultTrainExamples is how much of IMDB's training split the default task trains on: as much
 // as make run trains in about ten minutes on a two-core machine in the precision --amp picks
 // there, since more examples are what lifts its dev accuracy (docs/usage.md). Where --amp computes
-// in bfloat16 (AVX512-BF16 or AMX), 14,000: the slowest such CPU measured (an AMD EPYC of family
+// in bfloat16 (bertgraph.CPUBF16.Supported: AMX, or AVX512-BF16 on AMD), 14,000: the slowest such CPU measured (an AMD EPYC of family
 // 25) trained them in 7 min 41 s at 30.3 examples/s, and at the 27.4 it reached on a slower afternoon,
 // in 8 min 31 s, which with set-up, evaluation and prediction still leaves half a minute; 16,000
 // missed the ten minutes there that afternoon. In float32, 8,000: 9 minutes at 14.9 examples/s on an
@@ -322,7 +322,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.LogStepCountSteps, "log_step_count_steps", c.LogStepCountSteps, "How often (in steps) rank 0 logs the loss and speed when its output is not a terminal.")
 	fs.BoolVar(&c.UseFP16, "use_fp16", c.UseFP16, "Compress the gradients to float16 for the allreduce (Horovod's Compression.fp16).")
 	fs.BoolVar(&c.UseXLA, "use_xla", c.UseXLA, "Compile the graphs with XLA (global_jit_level ON_1).")
-	fs.Var(ampFlag{&c.AMP}, "amp", "Mixed-precision training (NVIDIA BERT's flag): the matrix products of the train step in float16 with dynamic loss scaling on a GPU, in bfloat16 on a CPU with AVX512-BF16 or AMX, float32 elsewhere (said at start-up); =bf16 or =fp16 forces one. Weights, optimizer state and checkpoints stay float32 (docs/mixed-precision.md).")
+	fs.Var(ampFlag{&c.AMP}, "amp", "Mixed-precision training (NVIDIA BERT's flag): the matrix products of the train step in float16 with dynamic loss scaling on a GPU, in bfloat16 on a CPU with AMX or an AMD CPU with AVX512-BF16, float32 elsewhere (said at start-up); =bf16 or =fp16 forces one. Weights, optimizer state and checkpoints stay float32 (docs/mixed-precision.md).")
 	fs.BoolVar(&c.Horovod, "horovod", c.Horovod, "Accepted for the Horovod recipe's command lines; no effect: every run is Horovod's (one rank without mpirun).")
 	// gorovod
 	fs.StringVar(&c.AllreduceBackend, "allreduce_backend", c.AllreduceBackend, "Where gradients are averaged: mpi (host memory), nccl (each rank's GPU), or auto (nccl when every rank of a multi-rank job has a GPU and NCCL, else mpi).")

@@ -29,7 +29,8 @@ func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
 	if err := c.check(); err != nil {
 		t.Fatalf("the default task fails its own checks: %v", err)
 	}
-	// --amp by the hardware (bfloat16 on a CPU with AVX512-BF16 or AMX, float32 elsewhere), never forced.
+	// --amp by the hardware (bfloat16 on a CPU with AMX or on AMD's with AVX512-BF16, float32
+	// elsewhere), never forced, and the examples trained follow the precision.
 	if c.AMP != "true" {
 		t.Errorf("default task --amp %q, want true", c.AMP)
 	}
@@ -38,11 +39,15 @@ func TestNoArgumentsIsTheEmbeddedDefaultTask(t *testing.T) {
 		want bertgraph.Precision
 	}{
 		{bertgraph.CPUBF16{Read: true}, bertgraph.Float32},
-		{bertgraph.CPUBF16{Read: true, AMXBF16: true}, bertgraph.BFloat16},
-		{bertgraph.CPUBF16{Read: true, AVX512BF16: true}, bertgraph.BFloat16},
+		{bertgraph.CPUBF16{Read: true, Vendor: "GenuineIntel", AMXBF16: true}, bertgraph.BFloat16},
+		{bertgraph.CPUBF16{Read: true, Vendor: "AuthenticAMD", AVX512BF16: true}, bertgraph.BFloat16},
+		{bertgraph.CPUBF16{Read: true, Vendor: "GenuineIntel", AVX512BF16: true}, bertgraph.Float32},
 	} {
 		if p, _, err := bertgraph.AMPPrecision(c.AMP, false, tc.cpu); p != tc.want || err != nil {
 			t.Errorf("default task on a CPU with %+v: precision %v, %v; want %v", tc.cpu, p, err, tc.want)
+		}
+		if n, want := defaultTrainExamples(tc.cpu), map[bertgraph.Precision]int{bertgraph.Float32: 8000, bertgraph.BFloat16: 14000}[tc.want]; n != want {
+			t.Errorf("default task on a CPU with %+v trains %d examples, want %d (%v)", tc.cpu, n, want, tc.want)
 		}
 	}
 }
