@@ -153,5 +153,16 @@ func AMPPrecision(amp string, onGPU bool, cpu CPUBF16) (Precision, string, error
 	if err != nil {
 		return Float32, "", fmt.Errorf("--amp=%s: want true, false, bf16 or fp16", amp)
 	}
-	return p, fmt.Sprintf("%s matrix products (--amp=%s forced; CPU: %s)", p, amp, cpu), nil
+	why := fmt.Sprintf("%s matrix products (--amp=%s forced; CPU: %s)", p, amp, cpu)
+	switch {
+	case onGPU:
+	case p == BFloat16 && !cpu.Supported():
+		why += ": slower than float32 on this CPU"
+	case p == Float16:
+		// make bench-amp: 0.81-0.96x float32's step on the CPUs with oneDNN float16 kernels for
+		// every product, 0.01x (95 s) where a product with its bias fused has none (AVX512-FP16
+		// without AMX: oneDNN's reference inner_product).
+		why += ": float16 on a CPU tests the loss scaling and runs slower than float32, up to 100x where oneDNN lacks a float16 kernel for a product with its bias"
+	}
+	return p, why, nil
 }

@@ -183,14 +183,17 @@ func TestAMPPrecisionChoosesByHardware(t *testing.T) {
 		{"true", true, amx, Float16, "loss scaling"}, // a GPU computes, whatever its host CPU has
 		{"true", false, amx, BFloat16, "GenuineIntel: avx512_bf16 no, amx_bf16 yes"},
 		{"true", false, zen4, BFloat16, "AuthenticAMD: avx512_bf16 yes"},
-		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (AuthenticAMD: avx512_bf16 no, amx_bf16 no)"},
+		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (AuthenticAMD: avx512_bf16 no, amx_bf16 no), where bfloat16 runs slower than float32"},
 		{"true", false, xeonWithoutAMX, Float32, "AVX512-BF16 without AMX (GenuineIntel: avx512_bf16 yes, amx_bf16 no), where oneDNN's bfloat16 products run at about half float32's rate"},
-		{"bf16", false, xeonWithoutAMX, BFloat16, "forced"},
-		{"bf16", false, none, BFloat16, "forced"},
-		{"fp16", false, none, Float16, "forced"},
+		{"bf16", false, xeonWithoutAMX, BFloat16, "forced; CPU: GenuineIntel: avx512_bf16 yes, amx_bf16 no): slower than float32 on this CPU"},
+		{"bf16", false, zen4, BFloat16, "forced; CPU: AuthenticAMD: avx512_bf16 yes, amx_bf16 no)"},
+		{"fp16", true, none, Float16, "forced; CPU: AuthenticAMD: avx512_bf16 no, amx_bf16 no)"},
+		{"bf16", false, none, BFloat16, "forced; CPU: AuthenticAMD: avx512_bf16 no, amx_bf16 no): slower than float32 on this CPU"},
+		{"fp16", false, none, Float16, "forced; CPU: AuthenticAMD: avx512_bf16 no, amx_bf16 no): float16 on a CPU tests the loss scaling and runs slower than float32"},
 	} {
 		got, why, err := AMPPrecision(tc.amp, tc.gpu, tc.cpu)
-		if err != nil || got != tc.want || !strings.Contains(why, tc.words) {
+		// A reason warns of a slower precision exactly where the words expected say so.
+		if err != nil || got != tc.want || !strings.Contains(why, tc.words) || strings.Contains(why, "slower") != strings.Contains(tc.words, "slower") {
 			t.Errorf("--amp=%q gpu %v %s: %v %q %v; want %v, a reason with %q", tc.amp, tc.gpu, tc.cpu, got, why, err, tc.want, tc.words)
 		}
 	}
