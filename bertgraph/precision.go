@@ -77,8 +77,8 @@ const vendorAMD = "AuthenticAMD"
 // AVX512-BF16 alone on an Intel core is not enough: on a Xeon with AVX512-BF16 and
 // AVX512-FP16 but no AMX, oneDNN's bfloat16 products ran at half the rate of its float32 ones
 // (a [2048x1536]x[1536x384] product 107 against 204 GFLOP/s, one thread) and the train step at
-// 0.67x float32's speed.
-// A vendor not measured counts as Intel: float32 is the choice that cannot be the slower one.
+// 0.67x float32's speed. A vendor not measured counts as Intel: float32 is the choice that
+// cannot be the slower one.
 func (c CPUBF16) Supported() bool { return c.AMXBF16 || c.AVX512BF16 && c.Vendor == vendorAMD }
 
 func (c CPUBF16) String() string {

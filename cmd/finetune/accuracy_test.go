@@ -47,8 +47,8 @@ func TestDefaultTaskCommandLineParsesBack(t *testing.T) {
 
 // make bench-amp-accuracy (GOROVOD_AMP_ACCURACY=1): the default task on 2 ranks with and
 // without --amp reaches dev accuracies within 0.01 (issue 14). On a CPU where --amp alone runs
-// float32 (bertgraph.CPUBF16.Supported), bfloat16 is forced there (slower). Minutes of training per
-// run, hence outside make test.
+// float32 (bertgraph.CPUBF16.Supported), bfloat16 is forced there (slower). Minutes of
+// training per run, hence outside make test.
 func TestDefaultTaskAccuracyWithAndWithoutAMP(t *testing.T) {
 	if os.Getenv("GOROVOD_AMP_ACCURACY") == "" {
 		t.Skip("trains the default task twice (minutes each): make bench-amp-accuracy runs it")

@@ -108,18 +108,19 @@ func defaultTask() Config {
 	return c
 }
 
-// defaultTrainExamples is how much of IMDB's training split the default task trains on: as much
-// as make run trains in about ten minutes on a two-core machine in the precision --amp picks
-// there, since more examples are what lifts its dev accuracy (docs/usage.md). Where --amp computes
-// in bfloat16 (bertgraph.CPUBF16.Supported: AMX, or AVX512-BF16 on AMD), 14,000: the slowest such CPU measured (an AMD EPYC of family
-// 25) trained them in 7 min 41 s at 30.3 examples/s, and at the 27.4 it reached on a slower afternoon,
-// in 8 min 31 s, which with set-up, evaluation and prediction still leaves half a minute; 16,000
-// missed the ten minutes there that afternoon. In float32, 8,000: 9 minutes at 14.9 examples/s on an
-// AMD EPYC with AVX2 alone. (On a GPU --amp computes in float16 whatever the CPU, and either size
-// trains in minutes.) Every rank decides alike on one machine. Ranks computing on CPUs that
-// differ resolve --amp to different precisions, and the job stops before training
-// (checkSamePrecision); ranks on GPU hosts whose CPUs differ each read their own first lines, and
-// the schedule follows their sum.
+// defaultTrainExamples is how much of IMDB's training split the default task trains on: as much as
+// make run trains in about ten minutes on a two-core machine in the precision --amp picks there,
+// since more examples are what lifts its dev accuracy (docs/usage.md). Where --amp computes in
+// bfloat16 (bertgraph.CPUBF16.Supported: AMX, or AVX512-BF16 on AMD), 14,000: the slowest such CPU
+// measured (an AMD EPYC of family 25) trained them in 7 min 41 s at 30.3 examples/s, and at the
+// 27.4 it reached on a slower afternoon, in 8 min 31 s, which with set-up, evaluation and
+// prediction still leaves half a minute; 16,000 missed the ten minutes there that afternoon. In
+// float32, 8,000: 9 minutes at 14.9 examples/s on an AMD EPYC with AVX2 alone, 4 min 58 s at 27.6
+// on an Intel Xeon with AVX512-BF16 but no AMX, where bfloat16 is the slower precision. (On a GPU
+// --amp computes in float16 whatever the CPU, and either size trains in minutes.) Every rank
+// decides alike on one machine. Ranks computing on CPUs that differ resolve --amp to different
+// precisions, and the job stops before training (checkSamePrecision); ranks on GPU hosts whose CPUs
+// differ each read their own first lines, and the schedule follows their sum.
 func defaultTrainExamples(cpu bertgraph.CPUBF16) int {
 	if cpu.Supported() {
 		return 14000
