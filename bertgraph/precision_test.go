@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -42,6 +43,17 @@ func TestCPUBF16ReadsTheVendorAndFlagsLines(t *testing.T) {
 	}
 	if got := cpuBF16From(filepath.Join(dir, "missing")); got.Read {
 		t.Errorf("a missing file reads as %+v", got)
+	}
+}
+
+// This machine's own /proc/cpuinfo: on Linux x86-64 every processor has a vendor_id and a flags
+// line, so the rule --amp applies (CPUBF16.Supported) has both to go by.
+func TestDetectCPUBF16ReadsThisMachinesVendorAndFlags(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("/proc/cpuinfo's vendor_id and flags lines are Linux x86-64's (%s/%s)", runtime.GOOS, runtime.GOARCH)
+	}
+	if c := DetectCPUBF16(); !c.Read || c.Vendor == "" {
+		t.Fatalf("read %+v (%s) from /proc/cpuinfo: want its flags and vendor_id", c, c)
 	}
 }
 
