@@ -145,7 +145,7 @@ func AMPPrecision(amp string, onGPU bool, cpu CPUBF16) (Precision, string, error
 		case cpu.Supported():
 			return BFloat16, fmt.Sprintf("bfloat16 matrix products (--amp; the CPU has %s)", cpu), nil
 		case cpu.AVX512BF16:
-			return Float32, fmt.Sprintf("float32: --amp asked for bfloat16, but the CPU has AVX512-BF16 without AMX (%s), where oneDNN's bfloat16 products run at about half float32's rate on Intel's cores (--amp=bf16 forces it)", cpu), nil
+			return Float32, fmt.Sprintf("float32: --amp asked for bfloat16, but the CPU has AVX512-BF16 without AMX (%s), which pays on AMD's cores only (on Intel's, oneDNN's bfloat16 products run at about half float32's rate; --amp=bf16 forces it)", cpu), nil
 		}
 		return Float32, fmt.Sprintf("float32: --amp asked for bfloat16, but the CPU lacks AVX512-BF16 and AMX (%s), where bfloat16 runs slower than float32 (--amp=bf16 forces it)", cpu), nil
 	}
@@ -155,7 +155,7 @@ func AMPPrecision(amp string, onGPU bool, cpu CPUBF16) (Precision, string, error
 	}
 	why := fmt.Sprintf("%s matrix products (--amp=%s forced; CPU: %s)", p, amp, cpu)
 	switch {
-	case onGPU:
+	case onGPU: // a GPU computes: what the CPU runs slower does not matter
 	case p == BFloat16 && !cpu.Supported():
 		why += ": slower than float32 on this CPU"
 	case p == Float16:

@@ -196,7 +196,7 @@ func TestAMPPrecisionChoosesByHardware(t *testing.T) {
 		{"true", false, amx, BFloat16, "GenuineIntel: avx512_bf16 no, amx_bf16 yes"},
 		{"true", false, zen4, BFloat16, "AuthenticAMD: avx512_bf16 yes"},
 		{"true", false, none, Float32, "lacks AVX512-BF16 and AMX (AuthenticAMD: avx512_bf16 no, amx_bf16 no), where bfloat16 runs slower than float32"},
-		{"true", false, xeonWithoutAMX, Float32, "AVX512-BF16 without AMX (GenuineIntel: avx512_bf16 yes, amx_bf16 no), where oneDNN's bfloat16 products run at about half float32's rate"},
+		{"true", false, xeonWithoutAMX, Float32, "AVX512-BF16 without AMX (GenuineIntel: avx512_bf16 yes, amx_bf16 no), which pays on AMD's cores only (on Intel's, oneDNN's bfloat16 products run at about half float32's rate"},
 		{"bf16", false, xeonWithoutAMX, BFloat16, "forced; CPU: GenuineIntel: avx512_bf16 yes, amx_bf16 no): slower than float32 on this CPU"},
 		{"bf16", false, zen4, BFloat16, "forced; CPU: AuthenticAMD: avx512_bf16 yes, amx_bf16 no)"},
 		{"fp16", true, none, Float16, "forced; CPU: AuthenticAMD: avx512_bf16 no, amx_bf16 no)"},

@@ -13,8 +13,9 @@
 #                        (speed-up, scaling efficiency against two independent jobs, compression,
 #                        the word embeddings' rows against --sparse_as_dense)
 #   make bench-amp-accuracy  the default task on 2 ranks with and without --amp (bfloat16 forced on
-#                        a CPU where --amp alone runs float32): both dev accuracies and their difference,
-#                        which must stay within 0.01; two full trainings, so not part of `make bench`
+#                        a CPU where --amp alone runs float32): both dev accuracies and their
+#                        difference, which must stay within 0.01; two full trainings, so not part
+#                        of `make bench`
 #   make bench-adasum-accuracy  the default task on 2 ranks averaging its gradients, with
 #                        --use_adasum and with --use_adasum=updates: the dev accuracies and their
 #                        differences, which must stay within 0.02 (two standard errors over 1,000
