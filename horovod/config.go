@@ -45,7 +45,7 @@ const (
 	envMPIWait = "GOROVOD_MPI_WAIT"
 
 	// dynamicTimeline is HOROVOD_TIMELINE's value for a timeline started later by a call
-	// (Horovod's hvd.start_timeline), which horovod does not have.
+	// (Horovod's hvd.start_timeline; StartTimeline here).
 	dynamicTimeline = "DYNAMIC"
 )
 
@@ -87,8 +87,8 @@ func ReadSettings(lookup func(string) (string, bool)) (Settings, error) {
 	}
 	s.Timeline, _ = lookup(envTimeline)
 	if s.Timeline == dynamicTimeline {
-		// Horovod's value for a timeline that hvd.start_timeline starts later; until then none
-		// is written. There is no such call here: no timeline, rather than a file named DYNAMIC.
+		// Horovod's value for a timeline that hvd.start_timeline (StartTimeline) starts later;
+		// until then none is written, rather than a file named DYNAMIC.
 		s.Timeline = ""
 	}
 	var err error

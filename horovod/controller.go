@@ -80,12 +80,15 @@ func newController(h *Horovod, control, data backend.Backend) (*controller, erro
 		failedGroups: map[string]*groupFailure{},
 	}
 	c.fusion = h.hostArena(data)
-	if h.cfg.Timeline != "" && t.Rank == 0 {
-		tl, err := newTimeline(h.cfg.Timeline)
-		if err != nil {
-			return nil, err
+	if h.members == nil && t.Rank == 0 {
+		// The job's rank 0 alone writes the timeline (a process set's controller is given a view
+		// of it); it records from here with HOROVOD_TIMELINE, otherwise once StartTimeline is called.
+		c.timeline = newTimeline()
+		if h.cfg.Timeline != "" {
+			if err := c.timeline.startFile(h.cfg.Timeline); err != nil {
+				return nil, fmt.Errorf("HOROVOD_TIMELINE: %w", err)
+			}
 		}
-		c.timeline = tl
 	}
 	return c, nil
 }

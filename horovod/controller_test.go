@@ -1014,8 +1014,8 @@ func TestBackendFailureAbortsTheJob(t *testing.T) {
 // trace that reads, and flushNow writes every event so far.
 func TestTimelineFileEndsAtAnEvent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "timeline.json")
-	tl, err := newTimeline(path)
-	if err != nil {
+	tl := newTimeline()
+	if err := tl.startFile(path); err != nil {
 		t.Fatal(err)
 	}
 	defer tl.close()

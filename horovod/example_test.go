@@ -1,8 +1,11 @@
 package horovod_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
 
 	"github.com/gorovod/gorovod/horovod"
 )
@@ -68,4 +71,52 @@ func ExampleAdasum() {
 	v, _ := horovod.Values[float32](out)
 	fmt.Println(v)
 	// Output: [0.5 -1]
+}
+
+// A timeline of a few steps only (Horovod's hvd.start_timeline): every rank calls StartTimeline
+// and StopTimeline at the same steps, and the job's rank 0 writes the file. Here steps 5 and 6 of
+// 10, so the file holds two allreduces.
+func ExampleHorovod_StartTimeline() {
+	hvd, err := horovod.Init()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer hvd.Shutdown()
+	dir, err := os.MkdirTemp("", "timeline")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "steps.json")
+	grad, _ := horovod.NewTensor([]int{2}, []float32{1, 2})
+	for step := range 10 {
+		switch step {
+		case 5:
+			err = hvd.StartTimeline(path)
+		case 7:
+			err = hvd.StopTimeline()
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := hvd.Allreduce("grad", grad, horovod.AllreduceOptions{}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var events []struct{ Name, Ph string }
+	if err := json.Unmarshal(raw, &events); err != nil {
+		log.Fatal(err)
+	}
+	allreduces := 0
+	for _, e := range events {
+		if e.Ph == "B" && e.Name == "ALLREDUCE" {
+			allreduces++
+		}
+	}
+	fmt.Println(allreduces)
+	// Output: 2
 }
