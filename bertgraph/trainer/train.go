@@ -228,9 +228,13 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	var phases Phases
 	pastFirst := false // the first step's phases are dropped as the second begins
 	clock := newPhaseClock()
+	timeline, timelineFrom := false, int64(0) // whether this rank has started o.Timeline's, at which step
 	for step < o.Schedule.TrainSteps && stopped == nil {
 		if !pastFirst && phases.Steps == 1 {
 			phases, pastFirst = Phases{}, true
+		}
+		if tw := o.Timeline; tw.Path != "" && !timeline && step+1 >= tw.First && step+1 <= tw.Last {
+			timeline, timelineFrom = t.startTimeline(), step+1
 		}
 		clear(localStats)
 		stepIDs = stepIDs[:0]
@@ -372,6 +376,9 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		}
 		step = res.GlobalStep
 		stopped = signalOf(agreedStop)
+		if timeline && step >= o.Timeline.Last {
+			timeline = t.stopTimeline(timelineFrom, step)
+		}
 		if t.rank != 0 {
 			clock.lap(&phases.Other)
 			continue
@@ -399,6 +406,9 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		}
 		clock.lap(&phases.Other)
 	}
+	if timeline {
+		t.stopTimeline(timelineFrom, step)
+	}
 	if !pastFirst { // no step after the first
 		phases = Phases{}
 	}
@@ -415,6 +425,29 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		}
 	}
 	return Result{Step: step, Stopped: stopped, LossScale: lossScale, Phases: phases}, nil
+}
+
+// startTimeline starts Options.Timeline's timeline (a file on rank 0 alone) and reports whether
+// it did; a failure warns, and training goes on without it.
+func (t *Trainer) startTimeline() bool {
+	tw := t.opts.Timeline
+	if err := t.hvd.StartTimeline(tw.Path); err != nil {
+		t.opts.Logf("warning: the timeline of steps %d to %d was not started: %v (training goes on)", tw.First, tw.Last, err)
+		return false
+	}
+	return true
+}
+
+// stopTimeline completes Options.Timeline's timeline, begun at step from, after step to; it
+// returns false, the timeline being over either way.
+func (t *Trainer) stopTimeline(from, to int64) bool {
+	tw := t.opts.Timeline
+	if err := t.hvd.StopTimeline(); err != nil {
+		t.opts.Logf("warning: the timeline of steps %d to %d is incomplete: %v (training goes on)", tw.First, tw.Last, err)
+	} else {
+		t.infof("wrote the timeline of steps %d to %d to %s", from, to, tw.Path)
+	}
+	return false
 }
 
 // sumRows waits for the allgathers of the looked-up rows, adds them into grad times scale and

@@ -70,6 +70,9 @@ type Options struct {
 	// compute (its loss scale is Apply's to keep).
 	AdasumUpdates bool
 
+	// Timeline, when its Path is set, writes Horovod's timeline of a range of steps only.
+	Timeline TimelineSteps
+
 	// Stop, when set, is asked at every step whether this rank was asked to stop (a signal; nil
 	// for no). The ranks agree on the request beside the step's gradients, so all of them stop
 	// after the same step, rank 0 with a checkpoint of it.
@@ -79,6 +82,16 @@ type Options struct {
 	// Logf receives the run's log lines: the resume point, the checkpoints saved, skipped
 	// updates on rank 0, and a rank's own warnings on that rank. nil: log.Printf.
 	Logf func(format string, args ...any)
+}
+
+// TimelineSteps is a range of training steps whose Horovod timeline rank 0 writes to Path, as
+// Keras's TensorBoard(profile_batch=(first, last)) profiles a range of batches: the timeline
+// starts as step First begins and stops as step Last ends, or as training does (steps numbered
+// as Step.Step, the global step after the update; a run resumed past First starts it at its
+// first step). A timeline that cannot be started or completed is a warning: training goes on.
+type TimelineSteps struct {
+	Path        string
+	First, Last int64
 }
 
 // Progress follows rank 0's training (a progress bar, a log line every n steps).
@@ -184,6 +197,8 @@ func New(hvd *horovod.Horovod, model *bertgraph.Model, opts Options) (*Trainer, 
 		return nil, errors.New("trainer: AdasumUpdates needs Op Adasum")
 	case opts.AdasumUpdates && model.Precision() == bertgraph.Float16:
 		return nil, errors.New("trainer: AdasumUpdates with float16 compute is not built (its dynamic loss scale needs every rank's Apply to see the skipped steps)")
+	case opts.Timeline.Path != "" && !(1 <= opts.Timeline.First && opts.Timeline.First <= opts.Timeline.Last):
+		return nil, fmt.Errorf("trainer: timeline of steps %d to %d, want 1 <= first <= last (Options.Timeline)", opts.Timeline.First, opts.Timeline.Last)
 	case !(opts.ClipNorm > 0) || opts.ClipNorm > math.MaxFloat32:
 		// Checked here, not at the first step's Apply: after Start's broadcast, on every rank alike.
 		return nil, fmt.Errorf("trainer: clip norm %v, want a positive float32 (Options.ClipNorm; BERT's is 1)", opts.ClipNorm)

@@ -383,3 +383,72 @@ func checkWeights(t *testing.T, model *bertgraph.Model, want *bertgraph.FlatTens
 		}
 	}
 }
+
+// Options.Timeline writes Horovod's timeline of its steps only: each step allreduces its
+// statistics once ("trainer/step_stats"), so a timeline of steps 2 to 3 of 4 holds two, one of
+// steps 3 to 10 the two that training has (it ends with training), and a path that cannot be
+// created warns while training goes on.
+func TestTimelineOfSteps(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name        string
+		first, last int64
+		path        string
+		want        int    // step statistics allreduces in the file; -1: no file
+		log         string // a line of the run's log
+	}{
+		{"steps 2 to 3", 2, 3, filepath.Join(dir, "a.json"), 2, "wrote the timeline of steps 2 to 3 to " + filepath.Join(dir, "a.json")},
+		{"steps 3 to 10 of 4", 3, 10, filepath.Join(dir, "b.json"), 2, "wrote the timeline of steps 3 to 4 to "},
+		{"a missing directory", 1, 4, filepath.Join(dir, "missing", "c.json"), -1, "warning: the timeline of steps 1 to 4 was not started"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hvd, model, sched := tinyRun(t, 1, 1e-3) // 4 steps
+			var log strings.Builder
+			logf := func(format string, args ...any) { fmt.Fprintf(&log, format+"\n", args...) }
+			tr, from, data := started(t, hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1,
+				Timeline: trainer.TimelineSteps{Path: tc.path, First: tc.first, Last: tc.last}, Logf: logf}, tfrecord.DatasetOptions{Repeat: true})
+			if res, err := tr.Train(data, from); err != nil || res.Step != sched.TrainSteps {
+				t.Fatalf("Train: step %d, %v; want the schedule's %d steps", res.Step, err, sched.TrainSteps)
+			}
+			if !strings.Contains(log.String(), tc.log) {
+				t.Errorf("the log lacks %q:\n%s", tc.log, log.String())
+			}
+			raw, err := os.ReadFile(tc.path)
+			if tc.want < 0 {
+				if !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a timeline at %s: %v", tc.path, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var events []struct {
+				Name, Ph string
+				PID      int
+				Args     map[string]string
+			}
+			if err := json.Unmarshal(raw, &events); err != nil {
+				t.Fatalf("%s is not a complete timeline: %v", tc.path, err)
+			}
+			rows := map[int]string{}
+			stats := 0
+			for _, e := range events {
+				switch {
+				case e.Ph == "M":
+					rows[e.PID] = e.Args["name"]
+				case e.Ph == "B" && e.Name == "ALLREDUCE" && rows[e.PID] == "trainer/step_stats":
+					stats++
+				}
+			}
+			if stats != tc.want {
+				t.Errorf("%d steps' statistics in the timeline, want %d", stats, tc.want)
+			}
+		})
+	}
+	hvd, model, sched := tinyRun(t, 1, 1e-3)
+	if _, err := trainer.New(hvd, model, trainer.Options{Dir: t.TempDir(), Schedule: sched, BatchSize: 8, ClipNorm: 1,
+		Timeline: trainer.TimelineSteps{Path: filepath.Join(dir, "d.json"), First: 3, Last: 2}}); err == nil || !strings.Contains(err.Error(), "Options.Timeline") {
+		t.Errorf("New with a timeline of steps 3 to 2: %v, want an error naming Options.Timeline", err)
+	}
+}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/gorovod/gorovod/bertgraph"
+	"github.com/gorovod/gorovod/bertgraph/trainer"
 	"github.com/gorovod/gorovod/horovod"
 )
 
@@ -78,6 +80,23 @@ type Config struct {
 	MaxTrainExamples   int
 	MaxEvalExamples    int
 	MaxPredictExamples int
+	// TimelineSteps is --timeline_steps, "first,last": the steps whose Horovod timeline rank 0
+	// writes (timelineSteps parses it); "" for none.
+	TimelineSteps string
+}
+
+// lookupEnv reads the environment: HOROVOD_TIMELINE, which --timeline_steps excludes.
+var lookupEnv = os.LookupEnv
+
+// timelineSteps is --timeline_steps' range of training steps and its file in --output_dir.
+func (c *Config) timelineSteps() (trainer.TimelineSteps, error) {
+	first, last, ok := strings.Cut(c.TimelineSteps, ",")
+	a, errA := strconv.ParseInt(strings.TrimSpace(first), 10, 64)
+	b, errB := strconv.ParseInt(strings.TrimSpace(last), 10, 64)
+	if !ok || errA != nil || errB != nil || a < 1 || a > b {
+		return trainer.TimelineSteps{}, fmt.Errorf("--timeline_steps %q: want first,last with 1 <= first <= last (steps numbered from 1)", c.TimelineSteps)
+	}
+	return trainer.TimelineSteps{Path: filepath.Join(c.OutputDir, fmt.Sprintf("timeline-steps-%d-%d.json", a, b)), First: a, Last: b}, nil
 }
 
 // defaultTask is what runs without flags (`go run ./cmd/finetune`, `make run`): MiniLM converted
@@ -342,6 +361,7 @@ func newFlagSet(c *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxTrainExamples, "max_train_examples", c.MaxTrainExamples, "Use only the first N lines of train.tsv (0: all).")
 	fs.IntVar(&c.MaxEvalExamples, "max_eval_examples", c.MaxEvalExamples, "Use only the first N lines of dev.tsv (0: all).")
 	fs.IntVar(&c.MaxPredictExamples, "max_predict_examples", c.MaxPredictExamples, "Use only the first N lines of test.tsv (0: all).")
+	fs.StringVar(&c.TimelineSteps, "timeline_steps", c.TimelineSteps, "`first,last`: write Horovod's timeline of these training steps only, to output_dir/timeline-steps-FIRST-LAST.json (as Keras's profile_batch; HOROVOD_TIMELINE records the whole run).")
 	return fs
 }
 
@@ -554,6 +574,15 @@ func (c *Config) check() error {
 	nonNegative("max_train_examples", c.MaxTrainExamples)
 	nonNegative("max_eval_examples", c.MaxEvalExamples)
 	nonNegative("max_predict_examples", c.MaxPredictExamples)
+	if c.TimelineSteps != "" {
+		if _, err := c.timelineSteps(); err != nil {
+			bad("%v", err)
+		} else if !c.DoTrain {
+			bad("--timeline_steps %s needs --do_train: it records training steps", c.TimelineSteps)
+		} else if v, _ := lookupEnv("HOROVOD_TIMELINE"); v != "" && v != "DYNAMIC" {
+			bad("--timeline_steps %s and HOROVOD_TIMELINE=%s both ask for a timeline: give one (the variable records the whole run)", c.TimelineSteps, v)
+		}
+	}
 	if err := checkCaseMatchesCheckpoint(c.DoLowerCase, c.lowerCaseFromExport, c.InitCheckpoint); err != nil {
 		bad("%v", err)
 	}

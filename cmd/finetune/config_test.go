@@ -96,6 +96,10 @@ func TestBadCommandLinesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--do_train", "--max_seq_length=64", "--keep_tail_tokens=63"}, "--keep_tail_tokens 63: want 0 to max_seq_length-2 = 62"},
 		{[]string{"--do_train", "--labels=a,,b"}, "empty label name"},
 		{[]string{"--do_train", "--allreduce_backend=gloo"}, `--allreduce_backend "gloo"`},
+		{[]string{"--do_train", "--timeline_steps=5"}, `--timeline_steps "5": want first,last with 1 <= first <= last`},
+		{[]string{"--do_train", "--timeline_steps=0,3"}, `--timeline_steps "0,3"`},
+		{[]string{"--do_train", "--timeline_steps=4,3"}, `--timeline_steps "4,3"`},
+		{[]string{"--do_eval", "--timeline_steps=1,2"}, "--timeline_steps 1,2 needs --do_train"},
 		{[]string{"--do_train", "--do_lower_case=false", "--init_checkpoint=/m/uncased_L-12_H-768_A-12/bert_model.ckpt"},
 			"uncased model uncased_L-12_H-768_A-12"},
 	} {
@@ -598,6 +602,33 @@ func TestAbslFormsParseAsAbslDoes(t *testing.T) {
 		var u *usageError
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want a usage error containing %q", tc.arg, err, tc.want)
+		}
+	}
+}
+
+// --timeline_steps names the range and its file in --output_dir, and refuses HOROVOD_TIMELINE
+// set to a file (the whole run's timeline, which StartTimeline would end at the first step).
+func TestTimelineStepsFlag(t *testing.T) {
+	args := []string{"--do_train", "--data_dir=d", "--output_dir=o", "--saved_model=m", "--timeline_steps=10, 12"}
+	c, err := parseConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := c.timelineSteps()
+	if err != nil || tw.First != 10 || tw.Last != 12 || tw.Path != filepath.Join("o", "timeline-steps-10-12.json") {
+		t.Errorf("--timeline_steps=10, 12: %+v, %v", tw, err)
+	}
+	defer func(old func(string) (string, bool)) { lookupEnv = old }(lookupEnv)
+	for _, v := range []string{"DYNAMIC", "/tmp/whole.json"} {
+		lookupEnv = func(name string) (string, bool) {
+			if name == "HOROVOD_TIMELINE" {
+				return v, true
+			}
+			return "", false
+		}
+		_, err := parseConfig(args, io.Discard)
+		if refused := err != nil && strings.Contains(err.Error(), "HOROVOD_TIMELINE=/tmp/whole.json both ask for a timeline"); refused != (v != "DYNAMIC") {
+			t.Errorf("HOROVOD_TIMELINE=%s: %v", v, err)
 		}
 	}
 }

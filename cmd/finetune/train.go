@@ -79,10 +79,16 @@ func (j *job) train() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var timeline trainer.TimelineSteps
+	if c.TimelineSteps != "" {
+		if timeline, err = c.timelineSteps(); err != nil {
+			return 0, err
+		}
+	}
 	t, err := trainer.New(j.hvd, j.model, trainer.Options{
 		Dir: j.in.rankDir, Checkpoints: j.ckpts, SaveCheckpointsSteps: c.SaveCheckpointsSteps, InitCheckpoint: c.InitCheckpoint,
 		Schedule: sched, BatchSize: c.TrainBatchSize, AccumulationSteps: c.NumAccumulationSteps, Seed: c.Seed, ClipNorm: c.ClipNorm, Compression: compression,
-		SparseAsDense: c.SparseAsDense, Op: op, AdasumUpdates: c.UseAdasum == "updates",
+		SparseAsDense: c.SparseAsDense, Op: op, AdasumUpdates: c.UseAdasum == "updates", Timeline: timeline,
 		Stop: j.stop.requested, Progress: j.console, Logf: j.console.logf,
 	})
 	if err != nil {
