@@ -228,12 +228,15 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 	var phases Phases
 	pastFirst := false // the first step's phases are dropped as the second begins
 	clock := newPhaseClock()
-	timeline, timelineFrom := false, int64(0) // whether this rank has started o.Timeline's, at which step
+	// Whether this rank has tried o.Timeline's start (once: a failure warns once), whether it
+	// records, and from which step.
+	timelineTried, timeline, timelineFrom := false, false, int64(0)
 	for step < o.Schedule.TrainSteps && stopped == nil {
 		if !pastFirst && phases.Steps == 1 {
 			phases, pastFirst = Phases{}, true
 		}
-		if tw := o.Timeline; tw.Path != "" && !timeline && step+1 >= tw.First && step+1 <= tw.Last {
+		if tw := o.Timeline; tw.Path != "" && !timelineTried && step+1 >= tw.First && step+1 <= tw.Last {
+			timelineTried = true
 			timeline, timelineFrom = t.startTimeline(), step+1
 		}
 		clear(localStats)
