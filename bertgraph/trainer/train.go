@@ -380,7 +380,8 @@ func (t *Trainer) loop(data *tfrecord.Dataset, step int64, drawn inputPosition) 
 		step = res.GlobalStep
 		stopped = signalOf(agreedStop)
 		if timeline && step >= o.Timeline.Last {
-			timeline = t.stopTimeline(timelineFrom, step)
+			t.stopTimeline(timelineFrom, step)
+			timeline = false
 		}
 		if t.rank != 0 {
 			clock.lap(&phases.Other)
@@ -441,16 +442,15 @@ func (t *Trainer) startTimeline() bool {
 	return true
 }
 
-// stopTimeline completes Options.Timeline's timeline, begun at step from, after step to; it
-// returns false, the timeline being over either way.
-func (t *Trainer) stopTimeline(from, to int64) bool {
+// stopTimeline completes Options.Timeline's timeline, begun at step from, after step to; a
+// failure warns.
+func (t *Trainer) stopTimeline(from, to int64) {
 	tw := t.opts.Timeline
 	if err := t.hvd.StopTimeline(); err != nil {
 		t.opts.Logf("warning: the timeline of steps %d to %d is incomplete: %v (training goes on)", tw.First, tw.Last, err)
 	} else {
 		t.infof("wrote the timeline of steps %d to %d to %s", from, to, tw.Path)
 	}
-	return false
 }
 
 // sumRows waits for the allgathers of the looked-up rows, adds them into grad times scale and

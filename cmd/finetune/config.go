@@ -85,7 +85,8 @@ type Config struct {
 	TimelineSteps string
 }
 
-// lookupEnv reads the environment: HOROVOD_TIMELINE, which --timeline_steps excludes.
+// lookupEnv reads the environment: horovod's settings, whose HOROVOD_TIMELINE file
+// --timeline_steps excludes.
 var lookupEnv = os.LookupEnv
 
 // timelineSteps is --timeline_steps' range of training steps and its file in --output_dir.
@@ -579,8 +580,9 @@ func (c *Config) check() error {
 			bad("%v", err)
 		} else if !c.DoTrain {
 			bad("--timeline_steps %s needs --do_train: it records training steps", c.TimelineSteps)
-		} else if v, _ := lookupEnv("HOROVOD_TIMELINE"); v != "" && v != "DYNAMIC" {
-			bad("--timeline_steps %s and HOROVOD_TIMELINE=%s both ask for a timeline: give one (the variable records the whole run)", c.TimelineSteps, v)
+		} else if s, err := horovod.ReadSettings(lookupEnv); err == nil && s.Timeline != "" {
+			// A malformed HOROVOD_* variable is horovod.Init's to report, by name.
+			bad("--timeline_steps %s and HOROVOD_TIMELINE=%s both ask for a timeline: give one (the variable records the whole run)", c.TimelineSteps, s.Timeline)
 		}
 	}
 	if err := checkCaseMatchesCheckpoint(c.DoLowerCase, c.lowerCaseFromExport, c.InitCheckpoint); err != nil {
